@@ -1,0 +1,99 @@
+"""What a backend is: its descriptor, its probe result, its session, and the training state it holds.
+
+A plugin's hook yields BackendSpec descriptors and does no work; the registry probes and instantiates them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+from .model import ModelShape
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    available: bool
+    reason: str = ""  # why it is unavailable (or a note on what was detected)
+    score: int = 0  # higher wins in `auto`; 0 means never picked automatically
+
+    @classmethod
+    def ok(cls, score: int, note: str = "") -> ProbeResult:
+        return cls(True, note, score)
+
+    @classmethod
+    def no(cls, reason: str) -> ProbeResult:
+        return cls(False, reason, 0)
+
+
+@dataclass
+class TrainState:
+    """Everything a step depends on: parameters, Adam moments and the number of updates done."""
+
+    params: np.ndarray
+    adam_m: np.ndarray
+    adam_v: np.ndarray
+    step: int = 0
+
+    @classmethod
+    def fresh(cls, params: np.ndarray) -> TrainState:
+        return cls(params.copy(), np.zeros_like(params), np.zeros_like(params), 0)
+
+    def copy(self) -> TrainState:
+        return TrainState(self.params.copy(), self.adam_m.copy(), self.adam_v.copy(), self.step)
+
+
+@runtime_checkable
+class BackendSession(Protocol):
+    """A live backend instance for one model shape. Inputs arrive already validated by the core."""
+
+    def set_state(self, state: TrainState) -> None: ...
+
+    def get_state(self) -> TrainState: ...
+
+    def train_steps(self, tokens: np.ndarray, lengths: np.ndarray, lrs: np.ndarray) -> np.ndarray:
+        """tokens uint8 [n, B, MAX_SEQ], lengths uint8 [n, B], lrs float32 [n] -> losses float32 [n]."""
+        ...
+
+    def loss_and_grads(
+        self, tokens: np.ndarray, lengths: np.ndarray, want_grads: bool = True
+    ) -> tuple[float, np.ndarray | None]:
+        """tokens uint8 [B, MAX_SEQ], lengths uint8 [B] -> (mean loss, flat gradient or None)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+SessionFactory = Callable[[ModelShape, int, str], BackendSession]  # (shape, max_batch, dtype)
+
+
+@dataclass(frozen=True)
+class BackendSpec:
+    """A backend as a plugin declares it; nothing here runs until the registry asks."""
+
+    name: str
+    description: str
+    probe: Callable[[], ProbeResult]
+    factory: SessionFactory
+    d_models: tuple[int, ...] | None = None  # None: any shape ModelShape accepts
+    n_heads: tuple[int, ...] | None = None  # None: any
+    dtypes: tuple[str, ...] = ("float32",)
+    max_batch: int = 256
+    extra: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
+
+    def unsupported_reason(self, shape: ModelShape, batch: int, dtype: str = "float32") -> str | None:
+        """None when this backend can run the shape, otherwise a sentence saying why not."""
+        if self.d_models is not None and shape.d_model not in self.d_models:
+            sizes = ", ".join(map(str, self.d_models))
+            return f"{self.name} supports d_model {sizes}, not {shape.d_model}"
+        if self.n_heads is not None and shape.n_heads not in self.n_heads:
+            heads = ", ".join(map(str, self.n_heads))
+            return f"{self.name} supports n_heads {heads}, not {shape.n_heads}"
+        if dtype not in self.dtypes:
+            return f"{self.name} supports dtype {', '.join(self.dtypes)}, not {dtype}"
+        if not 1 <= batch <= self.max_batch:
+            return f"{self.name} supports batch 1..{self.max_batch}, not {batch}"
+        return None

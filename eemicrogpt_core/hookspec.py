@@ -1,0 +1,24 @@
+"""The StepBackend hook specification: the one hook a backend plugin implements."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import pluggy
+
+from .backend import BackendSpec
+
+PROJECT = "eemicrogpt"
+ENTRY_POINT_GROUP = "eemicrogpt.backends"
+
+hookspec = pluggy.HookspecMarker(PROJECT)
+hookimpl = pluggy.HookimplMarker(PROJECT)
+
+
+@hookspec
+def eemicrogpt_backends() -> Iterable[BackendSpec]:
+    """Yield (or return a list of) BackendSpec descriptors.
+
+    Do no work here: no native libraries loaded, no CPU probing. The registry calls each spec's probe
+    lazily and guards it, so a raising probe only marks that backend broken.
+    """

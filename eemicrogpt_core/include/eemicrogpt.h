@@ -1,0 +1,85 @@
+/*
+ * eemicrogpt native backend ABI, version 1.
+ *
+ * A native backend is a plain shared library exporting the functions below. The Python core loads it
+ * with cffi (ABI mode, see eemicrogpt_core/native.py), validates every array before the call, and turns
+ * non-zero return codes into exceptions. Functions never abort and never print.
+ *
+ * Parameter buffer (the ABI every backend shares): one contiguous float32 array, tensors in this order,
+ * each row-major W[out][in]:
+ *   tok_emb [VOCAB][D]   pos_emb [MAX_SEQ][D]
+ *   Wq [D][D]  Wk [D][D]  Wv [D][D]  Wo [D][D]
+ *   Wf1 [4D][D]  Wf2 [D][4D]  Wlm [VOCAB][D]
+ * n_params = 2*VOCAB*D + MAX_SEQ*D + 12*D*D  (4,192 / 14,528 / 53,632 / 205,568 at D = 16/32/64/128).
+ * Gradients and the Adam moments m and v use the same layout.
+ *
+ * Batches: tokens uint8 [batch][MAX_SEQ] (BOUNDARY, chars..., BOUNDARY, then padding of any value < VOCAB),
+ * lengths uint8 [batch] in [2, MAX_SEQ]. Position t of sequence b is live when t <= lengths[b] - 2 and
+ * predicts tokens[b][t+1]; the loss is the mean cross-entropy over all live positions of the batch.
+ * For n steps, tokens is [n][batch][MAX_SEQ], lengths [n][batch], lrs [n], losses [n] (loss before update).
+ *
+ * Step (one call of emg_train_steps does n of these): forward, backward, then Adam:
+ *   step += 1; m = b1*m + (1-b1)*g; v = b2*v + (1-b2)*g*g;
+ *   p -= lr * (m / (1 - b1^step)) / (sqrt(v / (1 - b2^step)) + eps)
+ * with b1 = 0.85, b2 = 0.99, eps = 1e-8 and lr taken from lrs[i].
+ */
+#ifndef EEMICROGPT_H
+#define EEMICROGPT_H
+
+#include <stdint.h>
+
+#define EMG_ABI_VERSION 1
+#define EMG_VOCAB 27
+#define EMG_BOUNDARY 26
+#define EMG_MAX_SEQ 16
+#define EMG_ADAM_BETA1 0.85f
+#define EMG_ADAM_BETA2 0.99f
+#define EMG_ADAM_EPS 1e-8f
+#define EMG_RMS_EPS 1e-5f
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The block between CDEF-BEGIN and CDEF-END is read by cffi: keep it free of preprocessor lines. */
+/* CDEF-BEGIN */
+enum emg_status {
+    EMG_OK = 0,
+    EMG_ERR_ARGUMENT = 1,     /* a NULL pointer, n <= 0, batch outside [1, max_batch], bad token/length */
+    EMG_ERR_UNSUPPORTED = 2,  /* this library cannot run that (d_model, n_heads) */
+    EMG_ERR_NOMEM = 3,        /* allocation failed */
+    EMG_ERR_NONFINITE = 4     /* a loss or parameter became NaN/Inf; state is left as it was after the
+                                 last finite step where the backend can tell, otherwise undefined */
+};
+
+typedef struct emg_session emg_session;
+
+/* The ABI version this library was built for (EMG_ABI_VERSION). */
+int emg_abi_version(void);
+
+/* 1 when this library has kernels for (d_model, n_heads), else 0. Pure: runs no ISA-specific code. */
+int emg_supports(int d_model, int n_heads);
+
+/* Create a session with zeroed parameters, moments and step. */
+int emg_create(int d_model, int n_heads, int max_batch, emg_session **out);
+void emg_destroy(emg_session *s);
+
+/* Copy the full training state in or out. Each buffer holds n_params floats. */
+int emg_set_state(emg_session *s, const float *params, const float *adam_m, const float *adam_v,
+                  int64_t step);
+int emg_get_state(const emg_session *s, float *params, float *adam_m, float *adam_v, int64_t *step);
+
+/* Run n_steps full training steps (forward, backward, Adam) on caller-owned arrays. */
+int emg_train_steps(emg_session *s, int n_steps, int batch, const uint8_t *tokens,
+                    const uint8_t *lengths, const float *lrs, float *losses);
+
+/* Loss (and, when grads is not NULL, the n_params gradient) of one batch; the state is not changed. */
+int emg_loss_and_grad(emg_session *s, int batch, const uint8_t *tokens, const uint8_t *lengths,
+                      float *loss, float *grads);
+/* CDEF-END */
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* EEMICROGPT_H */

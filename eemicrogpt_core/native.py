@@ -1,0 +1,180 @@
+"""Load a native backend library (the ABI in include/eemicrogpt.h) with cffi and adapt it to a session.
+
+A native backend package is C sources, a build file and a few lines of Python calling
+`native_session_factory(path_to_library)`. Arrays are validated by the core before they get here; this
+module additionally checks dtype, contiguity and sizes so that nothing malformed can reach C.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from importlib import resources
+from pathlib import Path
+
+import cffi
+import numpy as np
+
+from .backend import BackendSession, SessionFactory, TrainState
+from .model import MAX_SEQ, ModelShape
+
+ABI_VERSION = 1
+
+_STATUS_MESSAGES = {
+    1: "invalid argument",
+    2: "unsupported shape",
+    3: "out of memory",
+    4: "non-finite loss or parameter",
+}
+
+
+class NativeBackendError(RuntimeError):
+    """A native call returned a non-zero status."""
+
+    def __init__(self, call: str, status: int) -> None:
+        self.status = status
+        super().__init__(f"{call} failed: {_STATUS_MESSAGES.get(status, 'unknown error')} (status {status})")
+
+
+def get_include() -> str:
+    """The directory holding eemicrogpt.h, for building native backends against the ABI."""
+    return str(resources.files("eemicrogpt_core") / "include")
+
+
+@functools.cache
+def _ffi() -> cffi.FFI:
+    header = (Path(get_include()) / "eemicrogpt.h").read_text()
+    match = re.search(r"/\* CDEF-BEGIN \*/(.*?)/\* CDEF-END \*/", header, re.S)
+    if match is None:
+        raise RuntimeError("eemicrogpt.h lacks its CDEF-BEGIN/CDEF-END block")
+    ffi = cffi.FFI()
+    ffi.cdef(match.group(1))
+    return ffi
+
+
+@functools.cache
+def load_library(path: str):
+    """dlopen a backend library once per process and check its ABI version."""
+    ffi = _ffi()
+    lib = ffi.dlopen(path)
+    version = lib.emg_abi_version()
+    if version != ABI_VERSION:
+        raise RuntimeError(f"{path} implements ABI version {version}; this core needs {ABI_VERSION}")
+    return lib
+
+
+def _check(call: str, status: int) -> None:
+    if status != 0:
+        raise NativeBackendError(call, status)
+
+
+def _require(array: np.ndarray, dtype: type, shape: tuple[int, ...], what: str) -> np.ndarray:
+    if not isinstance(array, np.ndarray) or array.dtype != dtype or array.shape != shape:
+        got = f"{getattr(array, 'dtype', type(array).__name__)} {getattr(array, 'shape', '')}"
+        raise ValueError(f"{what} must be {np.dtype(dtype).name} {shape}, got {got}")
+    if not array.flags.c_contiguous:
+        raise ValueError(f"{what} must be C-contiguous")
+    return array
+
+
+class NativeSession(BackendSession):
+    def __init__(self, library_path: str, shape: ModelShape, max_batch: int) -> None:
+        self._ffi = _ffi()
+        self._lib = load_library(library_path)
+        self.shape = shape
+        self.max_batch = max_batch
+        out = self._ffi.new("emg_session **")
+        _check("emg_create", self._lib.emg_create(shape.d_model, shape.n_heads, max_batch, out))
+        self._session = out[0]
+
+    def _ptr(self, ctype: str, array: np.ndarray):
+        return self._ffi.cast(ctype, self._ffi.from_buffer(array))
+
+    def _live(self):
+        if self._session is None:
+            raise RuntimeError("this backend session is closed")
+        return self._session
+
+    def set_state(self, state: TrainState) -> None:
+        n = (self.shape.n_params,)
+        params = _require(np.ascontiguousarray(state.params), np.float32, n, "params")
+        m = _require(np.ascontiguousarray(state.adam_m), np.float32, n, "adam_m")
+        v = _require(np.ascontiguousarray(state.adam_v), np.float32, n, "adam_v")
+        status = self._lib.emg_set_state(
+            self._live(), self._ptr("float *", params), self._ptr("float *", m),
+            self._ptr("float *", v), int(state.step),
+        )
+        _check("emg_set_state", status)
+
+    def get_state(self) -> TrainState:
+        n = self.shape.n_params
+        params, m, v = (np.empty(n, np.float32) for _ in range(3))
+        step = self._ffi.new("int64_t *")
+        status = self._lib.emg_get_state(
+            self._live(), self._ptr("float *", params), self._ptr("float *", m),
+            self._ptr("float *", v), step,
+        )
+        _check("emg_get_state", status)
+        return TrainState(params, m, v, int(step[0]))
+
+    def _batch_arrays(self, tokens: np.ndarray, lengths: np.ndarray, lead: tuple[int, ...]) -> int:
+        if tokens.ndim != len(lead) + 2:
+            raise ValueError(f"tokens must have {len(lead) + 2} dimensions, got shape {tokens.shape}")
+        batch = tokens.shape[-2]
+        _require(tokens, np.uint8, (*lead, batch, MAX_SEQ), "tokens")
+        _require(lengths, np.uint8, (*lead, batch), "lengths")
+        if not 1 <= batch <= self.max_batch:
+            raise ValueError(f"batch {batch} is outside 1..{self.max_batch} for this session")
+        return batch
+
+    def train_steps(self, tokens: np.ndarray, lengths: np.ndarray, lrs: np.ndarray) -> np.ndarray:
+        n = tokens.shape[0] if tokens.ndim == 3 else -1
+        batch = self._batch_arrays(tokens, lengths, (n,))
+        _require(lrs, np.float32, (n,), "lrs")
+        losses = np.empty(n, np.float32)
+        status = self._lib.emg_train_steps(
+            self._live(), n, batch, self._ptr("uint8_t *", tokens), self._ptr("uint8_t *", lengths),
+            self._ptr("float *", lrs), self._ptr("float *", losses),
+        )
+        _check("emg_train_steps", status)
+        return losses
+
+    def loss_and_grads(
+        self, tokens: np.ndarray, lengths: np.ndarray, want_grads: bool = True
+    ) -> tuple[float, np.ndarray | None]:
+        batch = self._batch_arrays(tokens, lengths, ())
+        loss = self._ffi.new("float *")
+        grads = np.empty(self.shape.n_params, np.float32) if want_grads else None
+        grads_ptr = self._ptr("float *", grads) if grads is not None else self._ffi.NULL
+        status = self._lib.emg_loss_and_grad(
+            self._live(), batch, self._ptr("uint8_t *", tokens), self._ptr("uint8_t *", lengths),
+            loss, grads_ptr,
+        )
+        _check("emg_loss_and_grad", status)
+        return float(loss[0]), grads
+
+    def close(self) -> None:
+        if self._session is not None:
+            self._lib.emg_destroy(self._session)
+            self._session = None
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+def supports(library_path: str, shape: ModelShape) -> bool:
+    return bool(load_library(library_path).emg_supports(shape.d_model, shape.n_heads))
+
+
+def native_session_factory(library_path: str | Path) -> SessionFactory:
+    """A BackendSpec factory for the library at library_path (float32 only)."""
+
+    def factory(shape: ModelShape, max_batch: int, dtype: str) -> BackendSession:
+        if dtype != "float32":
+            raise ValueError(f"native backends compute in float32, not {dtype}")
+        return NativeSession(str(library_path), shape, max_batch)
+
+    return factory
