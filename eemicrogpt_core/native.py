@@ -165,6 +165,21 @@ class NativeSession(BackendSession):
             pass
 
 
+def find_library(package_dir: str | Path, stem: str) -> Path | None:
+    """The shared library `stem*.so` (or .dylib) that a backend package built next to its Python files.
+
+    setuptools names a built Extension `stem.cpython-311-x86_64-linux-gnu.so`; the aarch64 lane drops a
+    cross-compiled `stem.so`. Returns None when none was built (e.g. the package was installed on a CPU
+    it cannot serve).
+    """
+    directory = Path(package_dir)
+    for pattern in (f"{stem}.*so", f"{stem}.so", f"{stem}.*dylib"):
+        found = sorted(directory.glob(pattern))
+        if found:
+            return found[0]
+    return None
+
+
 def supports(library_path: str, shape: ModelShape) -> bool:
     return bool(load_library(library_path).emg_supports(shape.d_model, shape.n_heads))
 
