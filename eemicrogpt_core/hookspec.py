@@ -22,3 +22,11 @@ def eemicrogpt_backends() -> Iterable[BackendSpec]:
     Do no work here: no native libraries loaded, no CPU probing. The registry calls each spec's probe
     lazily and guards it, so a raising probe only marks that backend broken.
     """
+
+
+@hookspec(firstresult=True)
+def eemicrogpt_fp32_peak_gflops(seconds: float) -> float | None:
+    """Optional: measure this core's single-thread FP32 FMA peak in GFLOP/s (used by `eemicrogpt bench`).
+
+    A native plugin that ships a microbenchmark for the host ISA implements it; None means "cannot here".
+    """
