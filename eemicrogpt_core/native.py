@@ -7,6 +7,7 @@ module additionally checks dtype, contiguity and sizes so that nothing malformed
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import re
 from importlib import resources
@@ -159,10 +160,8 @@ class NativeSession(BackendSession):
             self._session = None
 
     def __del__(self) -> None:
-        try:
+        with contextlib.suppress(Exception):
             self.close()
-        except Exception:
-            pass
 
 
 def find_library(package_dir: str | Path, stem: str) -> Path | None:
