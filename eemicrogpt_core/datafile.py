@@ -1,0 +1,74 @@
+"""Where the names file comes from: a user path, $EEMICROGPT_DATA, or the makemore file cached once."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+import platformdirs
+
+from .atomic import atomic_write_bytes
+from .errors import DataError
+
+DEFAULT_URL = "https://raw.githubusercontent.com/karpathy/makemore/master/names.txt"
+DEFAULT_SHA256 = "0a30b5557f192f32ab962680889aac5f6fda0f4cecf40a6d0b5694f58ea8cc4d"
+ENV_VAR = "EEMICROGPT_DATA"
+CACHE_ENV_VAR = "EEMICROGPT_CACHE_DIR"  # lets tests and CI keep the cache out of the home directory
+
+Fetcher = Callable[[str], bytes]
+
+
+def cache_dir(env: Mapping[str, str] = os.environ) -> Path:
+    override = env.get(CACHE_ENV_VAR)
+    return Path(override) if override else platformdirs.user_cache_path("eemicrogpt")
+
+
+def sha256_of(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def urllib_fetch(url: str) -> bytes:
+    with urllib.request.urlopen(url, timeout=30) as response:
+        return response.read()
+
+
+def fetch_verified(
+    dest: Path, url: str = DEFAULT_URL, sha256: str = DEFAULT_SHA256, fetch: Fetcher = urllib_fetch
+) -> Path:
+    """Return dest once it holds the file with this sha256, downloading it if it is missing or stale."""
+    if dest.is_file() and sha256_of(dest.read_bytes()) == sha256:
+        return dest
+    try:
+        data = fetch(url)
+    except (urllib.error.URLError, OSError, ValueError) as e:
+        reason = getattr(e, "reason", None) or e
+        raise DataError(
+            f"cannot download the default names file from {url} ({reason}); "
+            f"pass a names file with --data PATH or set {ENV_VAR}=PATH"
+        ) from None
+    got = sha256_of(data)
+    if got != sha256:
+        raise DataError(
+            f"downloaded {url} has sha256 {got}, expected {sha256}; refusing to use it "
+            f"(pass a names file with --data PATH or set {ENV_VAR}=PATH)"
+        )
+    atomic_write_bytes(dest, data)
+    return dest
+
+
+def resolve_data_path(
+    flag: str | None,
+    config_value: str | None,
+    *,
+    env: Mapping[str, str] = os.environ,
+    fetch: Fetcher = urllib_fetch,
+) -> Path:
+    """--data flag > $EEMICROGPT_DATA > the config's data key > the cached makemore names.txt."""
+    for chosen in (flag, env.get(ENV_VAR), config_value):
+        if chosen:
+            return Path(chosen).expanduser()
+    return fetch_verified(cache_dir(env) / "names.txt", fetch=fetch)
