@@ -1,0 +1,456 @@
+"""The backend conformance kit: a pytest base class every backend package subclasses in a few lines.
+
+    from eemicrogpt_core.testing import BackendConformance
+
+    class TestAvx512Conformance(BackendConformance):
+        backend_name = "avx512"
+        d_models = (16, 32, 64, 128)
+        skip = {"no fp64 path": ["test_something"]}   # declared exemptions, reported as skips
+
+The backend is obtained through the registry exactly as users get it (`load_registry`, `open_session`, the
+validated session) and checked against numpy_ref (package eemicrogpt-backend-numpy, required) on seeded
+batches of real names (synthetic ones when names.txt is not around). Every size, step count and tolerance
+is a class attribute so that slow environments (QEMU emulation) can shrink the work.
+
+An unavailable backend is skipped with its probe's reason, unless EEMICROGPT_REQUIRE_BACKENDS (a comma
+list of names, or `all`) names it: then that reason is a failure.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+import pytest
+
+from .backend import TrainState
+from .errors import BatchError
+from .model import BOUNDARY, MAX_SEQ, TENSOR_NAMES, VOCAB, ModelShape, init_params, views
+from .optim import lr_schedule
+from .registry import BackendEntry, BackendRegistry, load_registry, open_session
+
+REFERENCE = "numpy_ref"
+REQUIRE_ENV = "EEMICROGPT_REQUIRE_BACKENDS"
+
+
+# ---- inputs ----------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Names:
+    names: tuple[str, ...]
+    real: bool  # False: seeded synthetic names because no names file was found
+
+
+def _names_file_candidates() -> Iterator[Path]:
+    if os.environ.get("EEMICROGPT_DATA"):
+        yield Path(os.environ["EEMICROGPT_DATA"])
+    # A repository checkout sits next to shared/ (tests read ../shared/data/names.txt from the repo root).
+    yield Path(__file__).resolve().parents[2] / "shared" / "data" / "names.txt"
+    yield Path("../shared/data/names.txt")
+
+
+@functools.cache
+def load_names(path: str | None = None) -> Names:
+    """Lower-case a-z names from `path` or the first names file found; seeded synthetic names otherwise."""
+    candidates = [Path(path)] if path else list(_names_file_candidates())
+    for candidate in candidates:
+        if candidate.is_file():
+            lines = candidate.read_text(encoding="utf-8").split()
+            names = tuple(n for n in (line.lower() for line in lines) if n.isascii() and n.isalpha())
+            if names:
+                return Names(names, real=True)
+    rng = np.random.default_rng(0)
+    letters = np.array(list("abcdefghijklmnopqrstuvwxyz"))
+    synthetic = tuple("".join(rng.choice(letters, rng.integers(1, 16))) for _ in range(2000))
+    return Names(synthetic, real=False)
+
+
+def make_batches(
+    names: tuple[str, ...], n: int, batch: int, seed: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """n seeded batches: tokens uint8 [n, batch, MAX_SEQ], lengths uint8 [n, batch].
+
+    Padding holds seeded random tokens (any value < VOCAB is legal there) so that a backend reading
+    padding shows up as a mismatch against the reference.
+    """
+    rng = np.random.default_rng(seed)
+    tokens = rng.integers(0, VOCAB, size=(n, batch, MAX_SEQ), dtype=np.uint8)
+    lengths = np.empty((n, batch), np.uint8)
+    for i, j in np.ndindex(n, batch):
+        name = names[rng.integers(len(names))]
+        seq = [BOUNDARY, *(ord(ch) - ord("a") for ch in name), BOUNDARY][:MAX_SEQ]
+        tokens[i, j, : len(seq)] = seq
+        lengths[i, j] = len(seq)
+    return tokens, lengths
+
+
+def edge_batch(names: tuple[str, ...], batch: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """One batch [batch, MAX_SEQ] that includes the extreme lengths 2 (empty name) and MAX_SEQ."""
+    tokens, lengths = make_batches(names, 1, batch, seed)
+    tokens, lengths = tokens[0], lengths[0]
+    tokens[0, :2], lengths[0] = BOUNDARY, 2
+    if batch > 1:
+        tokens[1] = np.random.default_rng(seed).integers(0, BOUNDARY, MAX_SEQ, dtype=np.uint8)
+        tokens[1, 0], lengths[1] = BOUNDARY, MAX_SEQ
+    return tokens, lengths
+
+
+# ---- comparisons -----------------------------------------------------------------------------------------
+def relative_errors(got: np.ndarray, want: np.ndarray) -> tuple[float, float]:
+    """(RMS relative error, max relative error), both relative to the size of `want`.
+
+    The max error is divided by max|want| rather than taken element by element, where near-zero entries
+    would make any rounding look huge. An all-zero `want` demands an all-zero `got`.
+    """
+    diff = got.astype(np.float64) - want.astype(np.float64)
+    scale_rms = float(np.sqrt(np.mean(want.astype(np.float64) ** 2)))
+    scale_max = float(np.max(np.abs(want)))
+    if scale_max == 0.0:
+        worst = float(np.max(np.abs(diff)))
+        return (0.0, 0.0) if worst == 0.0 else (np.inf, np.inf)
+    return float(np.sqrt(np.mean(diff**2))) / scale_rms, float(np.max(np.abs(diff))) / scale_max
+
+
+def per_tensor_errors(shape: ModelShape, got: np.ndarray, want: np.ndarray) -> dict[str, tuple[float, float]]:
+    got_views, want_views = views(shape, got), views(shape, want)
+    return {name: relative_errors(got_views[name], want_views[name]) for name in TENSOR_NAMES}
+
+
+@dataclass(frozen=True)
+class Tolerances:
+    loss_rel: float  # |loss - reference| / reference (reference computed in float64)
+    grad_rel_rms: float  # per tensor RMS relative error vs float64 gradients
+    grad_rel_max: float  # per tensor max |error| / max |reference|
+    adam_param: float  # max |params - reference| / lr after one Adam step
+    adam_moment: float  # per moment buffer max |error| / max |reference| after one Adam step
+    trajectory: float  # max |loss difference| per step over the trajectory
+
+
+# Starting points per compute precision; a backend sets its own with class attributes.
+DEFAULT_TOLERANCES: dict[str, Tolerances] = {
+    "fp64": Tolerances(1e-12, 1e-10, 1e-9, 1e-9, 1e-10, 1e-9),
+    "fp32": Tolerances(1e-5, 1e-5, 1e-4, 1e-3, 1e-4, 2e-3),
+    "fp16": Tolerances(3e-3, 3e-2, 1e-1, 2e-1, 5e-2, 5e-2),
+}
+
+
+# ---- registry access -------------------------------------------------------------------------------------
+@functools.cache
+def _registry(extra_plugins: tuple[object, ...] = ()) -> BackendRegistry:
+    return load_registry(extra_plugins=extra_plugins)
+
+
+def _required(name: str) -> bool:
+    wanted = {w.strip() for w in os.environ.get(REQUIRE_ENV, "").split(",") if w.strip()}
+    return "all" in wanted or name in wanted
+
+
+def _unusable(name: str, reason: str) -> None:
+    """Skip, or fail when EEMICROGPT_REQUIRE_BACKENDS names the backend."""
+    if _required(name):
+        pytest.fail(f"{name} is required by {REQUIRE_ENV} but unusable: {reason}", pytrace=False)
+    pytest.skip(f"{name}: {reason}")
+
+
+def _entry(name: str, extra_plugins: tuple[object, ...]) -> BackendEntry:
+    registry = _registry(extra_plugins)
+    entry = registry.get(name)
+    if entry is None:
+        failures = [f for f in registry.failures if f.plugin == name]
+        reason = failures[0].error if failures else "no installed plugin registers it"
+        _unusable(name, f"not installed ({reason})")
+    elif not entry.available:
+        _unusable(name, entry.status_reason)
+    return entry
+
+
+def _reference_entry(extra_plugins: tuple[object, ...]) -> BackendEntry:
+    entry = _registry(extra_plugins).get(REFERENCE)
+    if entry is None or not entry.available:
+        why = "not installed" if entry is None else entry.status_reason
+        pytest.fail(
+            f"the conformance kit compares against {REFERENCE} ({why}): "
+            "pip install eemicrogpt-backend-numpy (or -e backends/numpy_ref)",
+            pytrace=False,
+        )
+    return entry
+
+
+@contextmanager
+def _session(entry: BackendEntry, shape: ModelShape, max_batch: int, dtype: str) -> Iterator[Any]:
+    session = open_session(entry, shape, max_batch, dtype)
+    try:
+        yield session
+    finally:
+        session.close()
+
+
+def _state_of(params: np.ndarray, seed: int, step: int) -> TrainState:
+    """Params plus seeded, plausible Adam moments (so one update is well conditioned in every element)."""
+    rng = np.random.default_rng(seed)
+    m = (rng.standard_normal(params.size) * 1e-2).astype(np.float32)
+    v = (m.astype(np.float64) ** 2 + rng.uniform(1e-4, 2e-4, params.size)).astype(np.float32)
+    return TrainState(params.astype(np.float32), m, v, step)
+
+
+# ---- bad inputs: each corrupts one aspect of a valid 2-step input of batch 4 (the session's max_batch) ------
+Call = Callable[[Any, np.ndarray, np.ndarray, np.ndarray], object]
+
+
+def _put(array: np.ndarray, index: tuple[int, ...], value: float) -> np.ndarray:
+    array[index] = value
+    return array
+
+
+def _one_more_row(a: np.ndarray) -> np.ndarray:
+    return np.concatenate([a, a[:, :1]], axis=1)
+
+
+BAD_INPUTS: dict[str, Call] = {
+    "token_27": lambda s, t, ln, lr: s.train_steps(_put(t, (1, 2, 1), VOCAB), ln, lr),
+    "token_255_in_padding": lambda s, t, ln, lr: s.train_steps(
+        _put(t, (0, 0, MAX_SEQ - 1), 255), _put(ln, (0, 0), 3), lr
+    ),
+    "length_0": lambda s, t, ln, lr: s.train_steps(t, _put(ln, (1, 0), 0), lr),
+    "length_1": lambda s, t, ln, lr: s.train_steps(t, _put(ln, (0, 3), 1), lr),
+    "length_17": lambda s, t, ln, lr: s.train_steps(t, _put(ln, (0, 1), MAX_SEQ + 1), lr),
+    "tokens_int64": lambda s, t, ln, lr: s.train_steps(t.astype(np.int64), ln, lr),
+    "tokens_float32": lambda s, t, ln, lr: s.train_steps(t.astype(np.float32), ln, lr),
+    "lengths_int32": lambda s, t, ln, lr: s.train_steps(t, ln.astype(np.int32), lr),
+    "tokens_15_positions": lambda s, t, ln, lr: s.train_steps(t[:, :, :15].copy(), ln, lr),
+    "tokens_2d_for_steps": lambda s, t, ln, lr: s.train_steps(t[0], ln, lr),
+    "lengths_wrong_batch": lambda s, t, ln, lr: s.train_steps(t, ln[:, :3].copy(), lr),
+    "lrs_wrong_count": lambda s, t, ln, lr: s.train_steps(t, ln, lr[:1].copy()),
+    "lr_nan": lambda s, t, ln, lr: s.train_steps(t, ln, _put(lr, (1,), np.nan)),
+    "lr_inf": lambda s, t, ln, lr: s.train_steps(t, ln, _put(lr, (0,), np.inf)),
+    "lr_negative": lambda s, t, ln, lr: s.train_steps(t, ln, _put(lr, (0,), -0.01)),
+    "lrs_float64": lambda s, t, ln, lr: s.train_steps(t, ln, lr.astype(np.float64)),
+    "batch_over_max": lambda s, t, ln, lr: s.train_steps(_one_more_row(t), _one_more_row(ln), lr),
+    "grads_token_27": lambda s, t, ln, lr: s.loss_and_grads(_put(t[0], (0, 1), VOCAB), ln[0]),
+    "grads_length_17": lambda s, t, ln, lr: s.loss_and_grads(t[0], _put(ln[0], (2,), MAX_SEQ + 1)),
+    "grads_steps_shape": lambda s, t, ln, lr: s.loss_and_grads(t, ln),
+}
+
+
+# ---- the kit ---------------------------------------------------------------------------------------------
+class BackendConformance:
+    """Subclass as `Test<Something>` and set `backend_name`; override any attribute below as needed."""
+
+    backend_name: ClassVar[str] = ""
+    dtype: ClassVar[str] = "float32"  # the session dtype to open
+    precision: ClassVar[str] = "fp32"  # compute precision: picks DEFAULT_TOLERANCES
+    d_models: ClassVar[tuple[int, ...]] = (16, 32, 64, 128)
+    batch: ClassVar[int] = 16
+    seed: ClassVar[int] = 1234
+    param_scale: ClassVar[float] = 1.5  # scales init params for the gradient checks: peakier softmaxes
+    trajectory_steps: ClassVar[int] = 200
+    # The seed's learning rates per size: larger ones make d128 chaotic, where any rounding difference
+    # grows without bound (numpy_ref float32 vs float64 drift 2.5e-2 apart by step 150 at lr 0.003).
+    trajectory_lrs: ClassVar[dict[int, float]] = {16: 0.01, 32: 0.01, 64: 0.003, 128: 0.002}
+    trajectory_reference_dtype: ClassVar[str] = "float32"
+    adam_lr: ClassVar[float] = 0.01
+    names_file: ClassVar[str | None] = None
+    # In-process plugins registered next to the installed ones (for testing a backend before packaging).
+    extra_plugins: ClassVar[tuple[object, ...]] = ()
+    # Per-check tolerance overrides; None takes DEFAULT_TOLERANCES[precision].
+    loss_rel_tol: ClassVar[float | None] = None
+    grad_rel_rms_tol: ClassVar[float | None] = None
+    grad_rel_max_tol: ClassVar[float | None] = None
+    adam_param_tol: ClassVar[float | None] = None
+    adam_moment_tol: ClassVar[float | None] = None
+    trajectory_tol: ClassVar[float | None] = None
+    skip: ClassVar[dict[str, list[str]]] = {}  # {reason: [test names]}
+
+    def heads_for(self, d_model: int) -> int:
+        return 4
+
+    def trajectory_lr(self, d_model: int) -> float:
+        return self.trajectory_lrs.get(d_model, min(self.trajectory_lrs.values()))
+
+    # -- plumbing --
+    def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> None:
+        if "d_model" in metafunc.fixturenames:
+            metafunc.parametrize("d_model", self.d_models, ids=[f"d{d}" for d in self.d_models])
+
+    @pytest.fixture(autouse=True)
+    def _declared_skips(self, request: pytest.FixtureRequest) -> None:
+        for reason, tests in self.skip.items():
+            if request.node.originalname in tests:
+                pytest.skip(f"declared by {type(self).__name__}: {reason}")
+
+    def tol(self, name: str) -> float:
+        override = getattr(self, f"{name}_tol")
+        if override is not None:
+            return float(override)
+        if self.precision not in DEFAULT_TOLERANCES:
+            raise ValueError(f"precision must be one of {sorted(DEFAULT_TOLERANCES)}, not {self.precision!r}")
+        return getattr(DEFAULT_TOLERANCES[self.precision], name)
+
+    def shape(self, d_model: int) -> ModelShape:
+        return ModelShape(d_model, self.heads_for(d_model))
+
+    def open(self, d_model: int, max_batch: int | None = None):
+        """A validated session of the backend under test (skips or fails when it cannot run here)."""
+        if not self.backend_name:
+            raise TypeError(f"{type(self).__name__} must set backend_name")
+        entry = _entry(self.backend_name, self.extra_plugins)
+        shape, batch = self.shape(d_model), max_batch or self.batch
+        assert entry.spec is not None
+        reason = entry.spec.unsupported_reason(shape, batch, self.dtype)
+        if reason:
+            _unusable(self.backend_name, reason)
+        return _session(entry, shape, batch, self.dtype)
+
+    def open_reference(self, d_model: int, dtype: str = "float64"):
+        return _session(_reference_entry(self.extra_plugins), self.shape(d_model), self.batch, dtype)
+
+    def names(self) -> tuple[str, ...]:
+        return load_names(self.names_file).names
+
+    def grad_inputs(self, d_model: int) -> tuple[TrainState, np.ndarray, np.ndarray]:
+        params = init_params(self.shape(d_model), self.seed) * np.float32(self.param_scale)
+        tokens, lengths = edge_batch(self.names(), self.batch, self.seed)
+        return TrainState.fresh(params), tokens, lengths
+
+    def reference_loss_and_grads(self, d_model: int) -> tuple[float, np.ndarray]:
+        state, tokens, lengths = self.grad_inputs(d_model)
+        with self.open_reference(d_model) as ref:
+            ref.set_state(state)
+            loss, grads = ref.loss_and_grads(tokens, lengths)
+        assert grads is not None
+        return loss, grads
+
+    # -- the checks --
+    def test_loss_matches_reference(self, d_model: int) -> None:
+        state, tokens, lengths = self.grad_inputs(d_model)
+        want, _ = self.reference_loss_and_grads(d_model)
+        with self.open(d_model) as session:
+            session.set_state(state)
+            got, grads = session.loss_and_grads(tokens, lengths, want_grads=False)
+        rel = abs(got - want) / abs(want)
+        print(f"d{d_model}: loss {got:.7f} vs reference {want:.7f} (relative error {rel:.2e})")
+        assert grads is None
+        assert rel <= self.tol("loss_rel"), f"loss {got} differs from reference {want} by {rel:.2e}"
+
+    def test_gradients_match_reference(self, d_model: int) -> None:
+        state, tokens, lengths = self.grad_inputs(d_model)
+        _, want = self.reference_loss_and_grads(d_model)
+        with self.open(d_model) as session:
+            session.set_state(state)
+            _, got = session.loss_and_grads(tokens, lengths)
+        assert got is not None and got.shape == want.shape
+        errors = per_tensor_errors(self.shape(d_model), got, want)
+        for name, (rms, worst) in errors.items():
+            print(f"d{d_model} {name:>8}: relative RMS error {rms:.2e}, max {worst:.2e}")
+        bad = {
+            name: e for name, e in errors.items()
+            if not (e[0] <= self.tol("grad_rel_rms") and e[1] <= self.tol("grad_rel_max"))
+        }
+        assert not bad, f"gradients off beyond (rms {self.tol('grad_rel_rms')}, max " \
+            f"{self.tol('grad_rel_max')}): {bad}"
+
+    def test_one_adam_step_matches_reference(self, d_model: int) -> None:
+        params, tokens, lengths = self.grad_inputs(d_model)
+        state = _state_of(params.params, self.seed, step=5)
+        tokens, lengths = tokens[None], lengths[None]
+        lrs = np.array([self.adam_lr], np.float32)
+        with self.open_reference(d_model) as ref:
+            ref.set_state(state)
+            ref.train_steps(tokens, lengths, lrs)
+            want = ref.get_state()
+        with self.open(d_model) as session:
+            session.set_state(state)
+            session.train_steps(tokens, lengths, lrs)
+            got = session.get_state()
+        assert got.step == want.step == 6
+        param_err = float(np.max(np.abs(got.params.astype(np.float64) - want.params))) / self.adam_lr
+        m_err = relative_errors(got.adam_m, want.adam_m)[1]
+        v_err = relative_errors(got.adam_v, want.adam_v)[1]
+        print(f"d{d_model}: max param error {param_err:.2e} x lr; moment max errors m {m_err:.2e} v {v_err:.2e}")
+        assert param_err <= self.tol("adam_param")
+        assert m_err <= self.tol("adam_moment") and v_err <= self.tol("adam_moment")
+
+    def test_loss_trajectory_matches_reference(self, d_model: int) -> None:
+        n = self.trajectory_steps
+        tokens, lengths = make_batches(self.names(), n, self.batch, self.seed + 1)
+        lrs = lr_schedule(1, n, n, self.trajectory_lr(d_model))
+        state = TrainState.fresh(init_params(self.shape(d_model), self.seed))
+        with self.open_reference(d_model, self.trajectory_reference_dtype) as ref:
+            ref.set_state(state)
+            want = ref.train_steps(tokens, lengths, lrs)
+        with self.open(d_model) as session:
+            session.set_state(state)
+            got = session.train_steps(tokens, lengths, lrs)
+        assert got.shape == (n,) and np.all(np.isfinite(got))
+        diff = np.abs(got.astype(np.float64) - want)
+        worst = int(np.argmax(diff))
+        print(
+            f"d{d_model}: {n} steps, largest loss difference {diff[worst]:.2e} at step {worst + 1} "
+            f"({got[worst]:.6f} vs {want[worst]:.6f}); final loss {got[-1]:.4f}"
+        )
+        assert diff[worst] <= self.tol("trajectory")
+
+    def test_state_round_trip(self, d_model: int) -> None:
+        params = init_params(self.shape(d_model), self.seed)
+        state = _state_of(params, self.seed + 2, step=123)
+        with self.open(d_model) as session:
+            session.set_state(state)
+            got = session.get_state()
+            got.params[:] = 0  # get_state must hand out copies
+            again = session.get_state()
+        for name in ("params", "adam_m", "adam_v"):
+            np.testing.assert_array_equal(getattr(again, name), getattr(state, name), err_msg=name)
+        assert again.step == 123
+
+    def test_determinism(self, d_model: int) -> None:
+        n = max(2, min(10, self.trajectory_steps))
+        tokens, lengths = make_batches(self.names(), n, self.batch, self.seed + 3)
+        lrs = lr_schedule(1, n, n, self.trajectory_lr(d_model))
+        state = TrainState.fresh(init_params(self.shape(d_model), self.seed))
+        runs = []
+        for _ in range(2):
+            with self.open(d_model) as session:
+                session.set_state(state)
+                losses = session.train_steps(tokens, lengths, lrs)
+                runs.append((losses, session.get_state()))
+        (first, s1), (second, s2) = runs
+        np.testing.assert_array_equal(first, second)
+        np.testing.assert_array_equal(s1.params, s2.params)
+        np.testing.assert_array_equal(s1.adam_v, s2.adam_v)
+
+    def test_loss_and_grads_leaves_state_unchanged(self, d_model: int) -> None:
+        params, tokens, lengths = self.grad_inputs(d_model)
+        state = _state_of(params.params, self.seed, step=7)
+        with self.open(d_model) as session:
+            session.set_state(state)
+            loss1, grads1 = session.loss_and_grads(tokens, lengths)
+            loss2, _ = session.loss_and_grads(tokens, lengths, want_grads=False)
+            loss3, grads3 = session.loss_and_grads(tokens, lengths)
+            after = session.get_state()
+        assert loss1 == loss2 == loss3
+        np.testing.assert_array_equal(grads1, grads3)
+        for name in ("params", "adam_m", "adam_v"):
+            np.testing.assert_array_equal(getattr(after, name), getattr(state, name), err_msg=name)
+        assert after.step == 7
+
+    @pytest.mark.parametrize("case", list(BAD_INPUTS))
+    def test_rejects_bad_input(self, case: str) -> None:
+        d_model = self.d_models[0]
+        max_batch = 4
+        tokens, lengths = make_batches(self.names(), 2, max_batch, self.seed)
+        lrs = np.full(2, 0.01, np.float32)
+        state = TrainState.fresh(init_params(self.shape(d_model), self.seed))
+        with self.open(d_model, max_batch=max_batch) as session:
+            session.set_state(state)
+            with pytest.raises(BatchError) as info:
+                BAD_INPUTS[case](session, tokens.copy(), lengths.copy(), lrs.copy())
+            after = session.get_state()
+        print(f"{case}: {info.value}")
+        assert str(info.value).strip(), "the error needs a message"
+        np.testing.assert_array_equal(after.params, state.params)
+        assert after.step == 0
