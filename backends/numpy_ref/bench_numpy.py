@@ -30,11 +30,11 @@ def main(argv: list[str] | None = None) -> int:
     import time
 
     import numpy as np
-
     from eemicrogpt_backend_numpy.session import NumpySession
+
     from eemicrogpt_core.backend import TrainState
     from eemicrogpt_core.model import ModelShape, init_params
-    from eemicrogpt_core.testing import make_batches, load_names
+    from eemicrogpt_core.testing import load_names, make_batches
 
     names = load_names()
     print(f"data: {'names.txt' if names.real else 'synthetic names'}, batch {args.batch}, {args.dtype}")

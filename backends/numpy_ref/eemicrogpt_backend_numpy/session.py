@@ -7,7 +7,7 @@ import numpy as np
 from eemicrogpt_core.backend import TrainState
 from eemicrogpt_core.model import ModelShape
 
-from .step import StepModel, prepare_batch, train_step
+from .step import Adam, StepModel, prepare_batch, train_step
 
 DTYPES = ("float32", "float64")
 
@@ -30,6 +30,7 @@ class NumpySession:
         self._params, self._m, self._v, self._grads = (np.zeros(n, self.dtype) for _ in range(4))
         self._step = 0
         self._model = StepModel(shape, self._params, self._grads)
+        self._adam = Adam(n, self.dtype)
 
     def set_state(self, state: TrainState) -> None:
         n = self.shape.n_params
@@ -50,17 +51,15 @@ class NumpySession:
     def train_steps(self, tokens: np.ndarray, lengths: np.ndarray, lrs: np.ndarray) -> np.ndarray:
         losses = np.empty(len(lrs), np.float32)
         for i in range(len(lrs)):
-            batch = prepare_batch(tokens[i], lengths[i], self.dtype)
-            losses[i] = train_step(
-                self._model, batch, self._params, self._grads, self._m, self._v, self._step + 1, lrs[i]
-            )
+            batch = prepare_batch(tokens[i], lengths[i])
+            losses[i] = train_step(self._model, self._adam, batch, self._m, self._v, self._step + 1, lrs[i])
             self._step += 1
         return losses
 
     def loss_and_grads(
         self, tokens: np.ndarray, lengths: np.ndarray, want_grads: bool = True
     ) -> tuple[float, np.ndarray | None]:
-        batch = prepare_batch(tokens, lengths, self.dtype)
+        batch = prepare_batch(tokens, lengths)
         if not want_grads:
             loss, _ = self._model.forward(batch)
             return loss, None

@@ -9,14 +9,14 @@ The model (one transformer block, no biases, weights stored W[out][in], so `y = 
     logits = Wlm x
     loss = mean cross-entropy over live positions (t <= len - 2 predicts token t + 1)
 
-with rms(x) = x / sqrt(mean(x^2) + 1e-5) and no gain. Every array carries the batch as its first axis
-and positions as the second ([B, T, ...]); attention adds a head axis ([B, H, T, head_dim]). There are no
-Python loops over positions or heads.
+with rms(x) = x / sqrt(mean(x^2) + 1e-5) and no gain. There are no Python loops over sequences, positions
+or heads.
 
-Padding: position t of sequence b is live when t <= len_b - 2. Because attention is causal and the live
-positions of a sequence are a prefix, dead positions never influence live ones; their loss weight is 0, so
-every gradient flowing back through them is exactly 0. Dead positions also read a fixed token instead of
-whatever the caller left there, so padding bytes cannot change a single bit of the result.
+Padding: position t of sequence b is live when t <= len_b - 2. Only live positions are computed: they are
+packed into N rows ([N, D] arrays) for everything except attention, which scatters them into a zero-padded
+[B, T] grid ([B, H, T, head_dim] arrays). Because attention is causal and the live positions of a sequence
+are a prefix, the zero rows at dead positions are masked out of every live row's softmax. Padding tokens
+are never read, so they cannot change a single bit of the result.
 """
 
 from __future__ import annotations
@@ -25,33 +25,54 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from eemicrogpt_core.model import BOUNDARY, MAX_SEQ, RMS_EPS, VOCAB, ModelShape, views
-from eemicrogpt_core.optim import adam_update
+from eemicrogpt_core.model import MAX_SEQ, RMS_EPS, VOCAB, ModelShape, views
+from eemicrogpt_core.optim import ADAM_BETA1, ADAM_BETA2, ADAM_EPS
 
 
 @dataclass
 class Batch:
-    """A batch cut down to the positions that can be live: T = max(len) - 1 <= MAX_SEQ - 1."""
+    """The live positions of a batch, packed: row i is position positions[i] of sequence sequences[i].
 
-    inputs: np.ndarray  # int [B, T]; dead positions hold BOUNDARY
-    targets: np.ndarray  # int [B, T]; dead positions hold 0
-    weight: np.ndarray  # float [B, T]; 1 / n_live on live positions, 0 elsewhere
+    Projections, norms, the FFN and the loss run on these N packed rows only (about 60% of B x T for real
+    names). Attention needs whole sequences, so it scatters rows into a zero-padded [B, T] grid with
+    T = max(len) - 1, the last position that can be live.
+    """
+
+    n_seq: int  # B
+    n_positions: int  # T
+    rows: np.ndarray  # index of each live position in the flattened [B, T] grid, row-major
+    positions: np.ndarray  # t of each live row
+    inputs: np.ndarray  # token at each live row
+    targets: np.ndarray  # token each live row predicts (the next one)
 
     @property
-    def n_positions(self) -> int:
-        return self.inputs.shape[1]
+    def n_live(self) -> int:
+        return self.rows.size
+
+    def to_grid(self, packed: np.ndarray) -> np.ndarray:
+        """[N, C] -> [B, T, C] with zeros at dead positions."""
+        grid = np.zeros((self.n_seq * self.n_positions, packed.shape[-1]), dtype=packed.dtype)
+        grid[self.rows] = packed
+        return grid.reshape(self.n_seq, self.n_positions, -1)
+
+    def to_rows(self, grid: np.ndarray) -> np.ndarray:
+        """[B, T, C] -> [N, C], keeping live positions only."""
+        return grid.reshape(self.n_seq * self.n_positions, -1).take(self.rows, axis=0)
 
 
-def prepare_batch(tokens: np.ndarray, lengths: np.ndarray, dtype: np.dtype) -> Batch:
-    """tokens uint8 [B, MAX_SEQ], lengths uint8 [B] (already validated) -> the live part of the batch."""
+def prepare_batch(tokens: np.ndarray, lengths: np.ndarray) -> Batch:
+    """tokens uint8 [B, MAX_SEQ], lengths uint8 [B] (already validated) -> the packed live positions.
+
+    Only tokens at live positions (inputs) and right after them (targets) are read: padding never is.
+    """
     lengths = lengths.astype(np.intp)
-    t = int(lengths.max()) - 1
-    live = np.arange(t) < (lengths[:, None] - 1)
-    n_live = int(lengths.sum()) - lengths.size
-    inputs = np.where(live, tokens[:, :t], BOUNDARY).astype(np.intp)
-    targets = np.where(live, tokens[:, 1 : t + 1], 0).astype(np.intp)
-    weight = live.astype(dtype) / dtype.type(n_live)
-    return Batch(inputs, targets, weight)
+    n_seq, n_positions = lengths.size, int(lengths.max()) - 1
+    live = np.arange(n_positions) < (lengths[:, None] - 1)  # [B, T]
+    rows = np.flatnonzero(live)
+    sequences, positions = np.divmod(rows, n_positions)
+    inputs = tokens[sequences, positions].astype(np.intp)
+    targets = tokens[sequences, positions + 1].astype(np.intp)
+    return Batch(n_seq, n_positions, rows, positions, inputs, targets)
 
 
 def rms_norm(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -87,6 +108,7 @@ class StepModel:
     def __init__(self, shape: ModelShape, params: np.ndarray, grads: np.ndarray) -> None:
         self.shape = shape
         self.dtype = params.dtype
+        self.params, self.grads = params, grads
         self.p = views(shape, params)
         self.g = views(shape, grads)
         # Wq, Wk, Wv are adjacent in the layout, so one [3D, D] view projects q, k and v in a single matmul.
@@ -105,32 +127,31 @@ class StepModel:
 
     # ---- forward ------------------------------------------------------------------------------------
     def forward(self, batch: Batch) -> tuple[float, dict[str, np.ndarray]]:
-        """The mean loss of the batch and every activation the backward pass needs."""
+        """The mean loss of the batch and every activation the backward pass needs ([N, ...] = packed rows)."""
         p, n_heads, t = self.p, self.shape.n_heads, batch.n_positions
 
-        x0, r0 = rms_norm(p["tok_emb"][batch.inputs] + p["pos_emb"][:t])
+        x0, r0 = rms_norm(p["tok_emb"][batch.inputs] + p["pos_emb"][batch.positions])  # [N, D]
         h1, r1 = rms_norm(x0)
 
-        qkv = h1 @ self.p_qkv.T  # [B, T, 3D]
-        q, k, v = (_heads(part, n_heads) for part in np.split(qkv, 3, axis=-1))
+        # Attention works on whole sequences: project the packed rows, then lay them out as [B, T].
+        qkv = batch.to_grid(h1 @ self.p_qkv.T)  # [B, T, 3D]; dead positions are zero
+        q, k, v = (_heads(part, n_heads) for part in np.split(qkv, 3, axis=-1))  # [B, H, T, hd] each
         scores = (q @ k.swapaxes(-1, -2)) * self.scale + self.causal[:t, :t]  # [B, H, T, T]
         scores -= scores.max(axis=-1, keepdims=True)
         probs_att = np.exp(scores)
         probs_att /= probs_att.sum(axis=-1, keepdims=True)
-        att = _merge_heads(probs_att @ v)  # [B, T, D]
+        att = batch.to_rows(_merge_heads(probs_att @ v))  # [N, D]
         x1 = x0 + att @ p["Wo"].T
 
         h2, r2 = rms_norm(x1)
-        pre = h2 @ p["Wf1"].T  # [B, T, 4D]
+        pre = h2 @ p["Wf1"].T  # [N, 4D]
         hidden = np.maximum(pre, 0)
         x2 = x1 + hidden @ p["Wf2"].T
 
-        logits = x2 @ p["Wlm"].T  # [B, T, VOCAB]
+        logits = x2 @ p["Wlm"].T  # [N, VOCAB]
         shifted = logits - logits.max(axis=-1, keepdims=True)
-        log_norm = np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
-        log_probs = shifted - log_norm
-        picked = np.take_along_axis(log_probs, batch.targets[..., None], axis=-1)[..., 0]
-        loss = -float((picked * batch.weight).sum())
+        log_probs = shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+        loss = -float(log_probs[np.arange(batch.n_live), batch.targets].mean())
 
         cache = dict(
             x0=x0, r0=r0, h1=h1, r1=r1, q=q, k=k, v=v, probs_att=probs_att, att=att,
@@ -140,32 +161,30 @@ class StepModel:
 
     # ---- backward -----------------------------------------------------------------------------------
     def backward(self, batch: Batch, c: dict[str, np.ndarray]) -> None:
-        """Write d(loss)/d(params) into the gradient buffer (every element is overwritten)."""
-        p, g = self.p, self.g
-        b, t = batch.inputs.shape
-        rows = b * t
+        """Write d(loss)/d(params) into the gradient buffer (every element is overwritten).
 
-        def flat(x: np.ndarray) -> np.ndarray:  # [B, T, n] -> [B*T, n] for weight gradients
-            return x.reshape(rows, x.shape[-1])
+        Weight gradients are sums over rows: dW = dy^T x for y = x W^T.
+        """
+        p, g, n = self.p, self.g, batch.n_live
 
-        # Cross-entropy: d(loss)/d(logits) = (softmax - onehot(target)) * weight.
+        # Cross-entropy, mean over the N live rows: d(loss)/d(logits) = (softmax - onehot(target)) / N.
         dlogits = np.exp(c["log_probs"])
-        flat(dlogits)[np.arange(rows), batch.targets.ravel()] -= 1
-        dlogits *= batch.weight[..., None]
-        np.matmul(flat(dlogits).T, flat(c["x2"]), out=g["Wlm"])
+        dlogits[np.arange(n), batch.targets] -= 1
+        dlogits *= self.dtype.type(1.0 / n)
+        np.matmul(dlogits.T, c["x2"], out=g["Wlm"])
         dx2 = dlogits @ p["Wlm"]
 
         # FFN: x2 = x1 + Wf2 relu(Wf1 h2).
-        np.matmul(flat(dx2).T, flat(c["hidden"]), out=g["Wf2"])
+        np.matmul(dx2.T, c["hidden"], out=g["Wf2"])
         dpre = (dx2 @ p["Wf2"]) * (c["pre"] > 0)
-        np.matmul(flat(dpre).T, flat(c["h2"]), out=g["Wf1"])
+        np.matmul(dpre.T, c["h2"], out=g["Wf1"])
         dx1 = dx2 + rms_norm_backward(dpre @ p["Wf1"], c["h2"], c["r2"])
 
         # Attention output projection: x1 = x0 + Wo att.
-        np.matmul(flat(dx1).T, flat(c["att"]), out=g["Wo"])
-        datt = _heads(dx1 @ p["Wo"], self.shape.n_heads)  # [B, H, T, head_dim]
+        np.matmul(dx1.T, c["att"], out=g["Wo"])
+        datt = _heads(batch.to_grid(dx1 @ p["Wo"]), self.shape.n_heads)  # [B, H, T, hd]
 
-        # Softmax attention: att = P v with P = softmax(scale * q k^T + mask).
+        # Softmax attention: att = P v with P = softmax(scale * q k^T + causal mask).
         probs_att = c["probs_att"]
         dv = probs_att.swapaxes(-1, -2) @ datt
         dprobs = datt @ c["v"].swapaxes(-1, -2)
@@ -175,17 +194,19 @@ class StepModel:
         dk = dscores.swapaxes(-1, -2) @ c["q"]
 
         # Q, K, V projections from h1 = rms(x0), all three at once through the [3D, D] view.
-        dqkv = np.concatenate([_merge_heads(dq), _merge_heads(dk), _merge_heads(dv)], axis=-1)
-        np.matmul(flat(dqkv).T, flat(c["h1"]), out=self.g_qkv)
+        dqkv = batch.to_rows(np.concatenate([_merge_heads(dq), _merge_heads(dk), _merge_heads(dv)], axis=-1))
+        np.matmul(dqkv.T, c["h1"], out=self.g_qkv)
         dx0 = dx1 + rms_norm_backward(dqkv @ self.p_qkv, c["h1"], c["r1"])
 
-        # Embeddings: x0 = rms(tok_emb[tok] + pos_emb[t]). One-hot matmul sums rows sharing a token.
+        # Embeddings: x0 = rms(tok_emb[tok] + pos_emb[t]). One-hot matmuls sum the rows sharing an index.
         demb = rms_norm_backward(dx0, c["x0"], c["r0"])
-        onehot = np.zeros((rows, VOCAB), dtype=self.dtype)
-        onehot[np.arange(rows), batch.inputs.ravel()] = 1
-        np.matmul(onehot.T, flat(demb), out=g["tok_emb"])
-        g["pos_emb"][:t] = demb.sum(axis=0)
-        g["pos_emb"][t:] = 0
+        np.matmul(self._onehot(batch.inputs, VOCAB).T, demb, out=g["tok_emb"])
+        np.matmul(self._onehot(batch.positions, MAX_SEQ).T, demb, out=g["pos_emb"])
+
+    def _onehot(self, index: np.ndarray, size: int) -> np.ndarray:
+        out = np.zeros((index.size, size), dtype=self.dtype)
+        out[np.arange(index.size), index] = 1
+        return out
 
     def loss_and_grads(self, batch: Batch) -> float:
         loss, cache = self.forward(batch)
@@ -193,16 +214,46 @@ class StepModel:
         return loss
 
 
-def train_step(
-    model: StepModel, batch: Batch, params: np.ndarray, grads: np.ndarray, m: np.ndarray, v: np.ndarray,
-    step: int, lr: float,
-) -> float:
-    """Forward, backward and one Adam update (the core's specification); returns the loss before it.
+class Adam:
+    """eemicrogpt_core.optim.adam_update, operation for operation, without its temporaries.
+
+    The spec allocates a fresh array per operation, which costs more than forward and backward together at
+    d_model 128; here every operation writes into two scratch buffers. Same operations in the same order on
+    the same dtypes, so the result is bit-identical to the spec (tests/test_numpy_ref.py checks that).
+    """
+
+    def __init__(self, n: int, dtype: np.dtype) -> None:
+        self.a = np.empty(n, dtype)
+        self.b = np.empty(n, dtype)
+
+    def update(
+        self, params: np.ndarray, grads: np.ndarray, m: np.ndarray, v: np.ndarray, step: int, lr: float
+    ) -> None:
+        a, b = self.a, self.b
+        np.multiply(m, ADAM_BETA1, out=m)
+        np.multiply(grads, 1.0 - ADAM_BETA1, out=a)
+        np.add(m, a, out=m)
+        np.multiply(v, ADAM_BETA2, out=v)
+        np.multiply(grads, 1.0 - ADAM_BETA2, out=a)
+        np.multiply(a, grads, out=a)
+        np.add(v, a, out=v)
+        np.divide(m, 1.0 - ADAM_BETA1**step, out=a)  # m_hat
+        np.divide(v, 1.0 - ADAM_BETA2**step, out=b)  # v_hat
+        np.multiply(lr, a, out=a)
+        np.sqrt(b, out=b)
+        np.add(b, ADAM_EPS, out=b)
+        np.divide(a, b, out=a)
+        np.subtract(params, a, out=params)
+
+
+def train_step(model: StepModel, adam: Adam, batch: Batch, m: np.ndarray, v: np.ndarray, step: int,
+               lr: float) -> float:
+    """Forward, backward and one Adam update of the model's parameters; returns the loss before it.
 
     `step` is the 1-based index of this update. On a non-finite loss nothing is updated.
     """
     loss = model.loss_and_grads(batch)
     if not np.isfinite(loss):
         raise FloatingPointError(f"non-finite loss ({loss}) at update {step}; parameters left unchanged")
-    adam_update(params, grads, m, v, step, lr)
+    adam.update(model.params, model.grads, m, v, step, lr)
     return loss
