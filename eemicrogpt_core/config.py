@@ -59,7 +59,7 @@ class TrainConfig:
 # d16: the seed's bpc@1s row ran ~19,500 steps at lr 0.01.  d32: the default run above.
 # d64: the seed's SME2 rows used 0.002 for ~7,400 steps and its compile-time examples 0.003; a 10k-step run
 #   sits between, so 0.003.  d128: the seed's example (-DD_MODEL=128 -DN_HEADS=8 -DN_STEPS=10000 -DLR=0.003)
-#   minus a notch (0.002, the SME2 rows' value) because its larger width destabilises at 0.003 early on.
+#   with the SME2 rows' lower 0.002 (the widest model gets the lower LR; not tuned here).
 PRESETS: dict[int, dict[str, Any]] = {
     16: {"d_model": 16, "n_heads": 4, "steps": 20000, "lr": 0.01},
     32: {},

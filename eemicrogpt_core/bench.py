@@ -1,0 +1,239 @@
+"""Benchmarks: us/step per backend and size, batch scaling, and the seed's loss-within-a-time-budget table.
+
+FLOPs per step are counted analytically from the shape and the live positions of the measured batches
+(sequence b of length L_b has P_b = L_b - 1 live positions; position t attends to t + 1 keys):
+    forward  = sum_b P_b * (24 d^2 + 54 d) + 4 d * sum_b P_b (P_b + 1) / 2
+        24 d^2 = Q, K, V, O projections (4 x 2 d^2) + FFN (2 x 2 x 4 d^2); 54 d = LM head (2 x 27 d);
+        4 d per (query, key) pair = scores (2 d) + weighted sum of values (2 d), summed over heads
+    backward = 2 x forward (input gradients and weight gradients of every matmul)
+    Adam     = 12 x n_params (nominal elementwise count)
+    FLOPs/step = 3 x forward + 12 x n_params
+Norms, softmax, ReLU and embeddings are not counted. The count is dense: a backend that skips zero work
+(the sparse LM-head backward) does fewer real operations than credited. At d_model 16 / 128 with ~104 live
+positions this gives ~2.3M / ~127M FLOPs, the seed's figures.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .backend import TrainState
+from .config import PRESETS, TrainConfig, preset
+from .data import BatchSampler, Dataset
+from .errors import BackendSelectionError
+from .model import ModelShape, init_params
+from .optim import lr_schedule
+from .registry import BackendEntry, BackendRegistry, open_session
+from .trainer import PreparedData, train
+
+SIZES = tuple(PRESETS)  # 16, 32, 64, 128
+SCALING_BATCHES = (1, 16, 64, 256)
+ADAM_FLOPS_PER_PARAM = 12
+BENCH_STREAM = 4  # batch stream of the benchmark: independent of the training streams
+
+
+def step_flops(shape: ModelShape, lengths: np.ndarray) -> np.ndarray:
+    """Analytic FLOPs of each step for lengths [n, B] (see the module docstring)."""
+    d = shape.d_model
+    live = lengths.astype(np.float64) - 1.0
+    positions = live.sum(axis=-1)
+    pairs = (live * (live + 1.0) / 2.0).sum(axis=-1)
+    forward = positions * (24 * d * d + 54 * d) + 4 * d * pairs
+    return 3.0 * forward + ADAM_FLOPS_PER_PARAM * shape.n_params
+
+
+@dataclass
+class BenchRow:
+    backend: str
+    d_model: int
+    n_heads: int
+    batch: int
+    us_per_step: float
+    us_per_sample: float
+    steps_per_s: float
+    gflops: float
+    pct_peak: float | None
+    live_positions: float  # mean live positions per measured step
+    steps_timed: int
+    repeats: int
+
+
+def heads_for(d_model: int) -> int:
+    """The presets' head count (8 at d128, as the seed); 4 for sizes without a preset."""
+    return PRESETS[d_model].get("n_heads", TrainConfig().n_heads) if d_model in PRESETS else 4
+
+
+def time_steps(
+    entry: BackendEntry,
+    shape: ModelShape,
+    batch: int,
+    data: Dataset,
+    *,
+    repeats: int = 5,
+    target_s: float = 0.3,
+    peak: float | None = None,
+    seed: int = 0,
+) -> BenchRow:
+    """Median us/step over `repeats` timed chunks after a warm-up; real batches from the sampler."""
+    sampler = BatchSampler(data, batch, seed, stream=BENCH_STREAM)
+    with open_session(entry, shape, batch) as session:
+        session.set_state(TrainState.fresh(init_params(shape, seed)))
+        step = 0
+
+        def run(n: int) -> tuple[float, np.ndarray]:
+            nonlocal step
+            tokens, lengths = sampler.sample(n)
+            lrs = lr_schedule(step + 1, n, 10**6, 1e-3)  # small LR: the weights stay sane for any length
+            t0 = time.perf_counter()
+            session.train_steps(tokens, lengths, lrs)
+            step += n
+            return time.perf_counter() - t0, lengths
+
+        run(2)  # cold caches, lazy set-up
+        n, spent = 2, 0.0
+        while spent < 0.05 * target_s and n < 4096:  # warm-up doubles as the per-step estimate
+            spent, _ = run(n)
+            n *= 2
+        per_step = spent / (n // 2)
+        k = max(1, int(target_s / repeats / per_step))
+        times, lengths_seen = [], []
+        for _ in range(repeats):
+            dt, lengths = run(k)
+            times.append(dt / k)
+            lengths_seen.append(lengths)
+    lengths_all = np.concatenate(lengths_seen)
+    us = 1e6 * statistics.median(times)
+    gflops = float(step_flops(shape, lengths_all).mean()) / (us * 1e3)
+    return BenchRow(
+        backend=entry.name,
+        d_model=shape.d_model,
+        n_heads=shape.n_heads,
+        batch=batch,
+        us_per_step=us,
+        us_per_sample=us / batch,
+        steps_per_s=1e6 / us,
+        gflops=gflops,
+        pct_peak=100.0 * gflops / peak if peak else None,
+        live_positions=float((lengths_all.astype(np.float64) - 1).sum(axis=-1).mean()),
+        steps_timed=k * repeats,
+        repeats=repeats,
+    )
+
+
+def pick_backends(registry: BackendRegistry, requested: str | None) -> list[BackendEntry]:
+    """Every available backend, or the one asked for (an unavailable request is an error, as in train)."""
+    if requested and requested != "auto":
+        entry = registry.get(requested)
+        if entry is None or not entry.available:
+            registry.select(requested, ModelShape(32), 16)  # raises the standard, explanatory error
+        assert entry is not None
+        return [entry]
+    entries = registry.available()
+    if not entries:
+        registry.select(None, ModelShape(32), 16)  # raises: says what to install
+    return entries
+
+
+def speed_table(
+    registry: BackendRegistry,
+    entries: Iterable[BackendEntry],
+    sizes: Iterable[int],
+    data: Dataset,
+    *,
+    batch: int = 16,
+    peak: float | None = None,
+    repeats: int = 5,
+    target_s: float = 0.3,
+) -> tuple[list[BenchRow], list[str]]:
+    """Rows for every (backend, size) that can run; a note for each that cannot."""
+    rows, notes = [], []
+    for entry in entries:
+        for d in sizes:
+            shape = ModelShape(d, heads_for(d))
+            reason = entry.spec.unsupported_reason(shape, batch) if entry.spec else "no spec"
+            if reason:
+                notes.append(f"{entry.name} d{d}: skipped ({reason})")
+                continue
+            rows.append(time_steps(entry, shape, batch, data, repeats=repeats, target_s=target_s, peak=peak))
+    return rows, notes
+
+
+def best_backend(registry: BackendRegistry, requested: str | None, sizes: Iterable[int]) -> BackendEntry:
+    """The requested backend, else what `auto` picks for the first size at batch 16."""
+    first = next(iter(sizes))
+    if requested and requested != "auto":
+        return pick_backends(registry, requested)[0]
+    entry = registry.auto_choice(ModelShape(first, heads_for(first)), 16)
+    if entry is None:
+        raise BackendSelectionError("no available backend for the benchmark; see `eemicrogpt backends`")
+    return entry
+
+
+def batch_scaling(
+    entry: BackendEntry,
+    sizes: Iterable[int],
+    data: Dataset,
+    *,
+    batches: Iterable[int] = SCALING_BATCHES,
+    peak: float | None = None,
+    repeats: int = 5,
+    target_s: float = 0.3,
+) -> tuple[list[BenchRow], list[str]]:
+    rows, notes = [], []
+    for d in sizes:
+        shape = ModelShape(d, heads_for(d))
+        for b in batches:
+            reason = entry.spec.unsupported_reason(shape, b) if entry.spec else "no spec"
+            if reason:
+                notes.append(f"{entry.name} d{d} batch {b}: skipped ({reason})")
+                continue
+            rows.append(time_steps(entry, shape, b, data, repeats=repeats, target_s=target_s, peak=peak))
+    return rows, notes
+
+
+@dataclass
+class LossRow:
+    backend: str
+    d_model: int
+    n_heads: int
+    lr: float
+    seconds: float  # the budget
+    steps: int  # steps that fit (estimated from a timed warm-up)
+    us_per_step: float
+    train_loss: float  # mean of the last 100 training losses
+    val_loss: float | None
+
+
+def loss_at(
+    registry: BackendRegistry, entry: BackendEntry, sizes: Iterable[int], data: PreparedData, data_path: str,
+    seconds: float,
+) -> list[LossRow]:
+    """The seed's bpc@1s: train each size from scratch within `seconds`, LR schedule spanning those steps."""
+    rows = []
+    for d in sizes:
+        base = preset(d) if d in PRESETS else TrainConfig(d_model=d)
+        cfg = dataclasses.replace(
+            base, backend=entry.name, data=data_path, time_budget=seconds, log_every=10**9, out=None
+        )
+        result = train(cfg, registry, data=data)
+        rows.append(LossRow(entry.name, d, cfg.n_heads, cfg.lr, seconds, result.total_steps,
+                            result.us_per_step, result.train_loss, result.val_loss))
+    return rows
+
+
+def as_json(**sections: Any) -> dict[str, Any]:
+    """Dataclass rows to plain dicts, for `--json`."""
+    out: dict[str, Any] = {}
+    for key, value in sections.items():
+        if isinstance(value, list):
+            out[key] = [dataclasses.asdict(v) if dataclasses.is_dataclass(v) else v for v in value]
+        else:
+            out[key] = value
+    return out

@@ -1,0 +1,88 @@
+"""The terminal view of a training run: a rich progress bar (steps/s, loss, ETA) plus one line per log step."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+from .trainer import RunInfo
+
+
+def describe_run(info: RunInfo) -> str:
+    cfg, be = info.cfg, info.backend
+    version = f" {be.version}" if be.version else ""
+    what = f"resuming at step {info.start_step:,} of" if info.start_step else "training for"
+    budget = f" (fit to a {cfg.time_budget:g} s budget)" if cfg.time_budget and not info.start_step else ""
+    lines = [
+        f"backend {be.name} ({be.distribution}{version}); d_model {cfg.d_model}, n_heads {cfg.n_heads}, "
+        f"{cfg.shape.n_params:,} params, batch {cfg.batch}, lr {cfg.lr:g}, seed {cfg.seed}",
+        f"{what} {info.total_steps:,} steps{budget}",
+        f"data {cfg.data}: {info.n_train:,} train / {info.n_val:,} validation names"
+        + (f", {info.n_truncated} truncated to 16 tokens" if info.n_truncated else "")
+        + (f", {info.n_dropped} lines dropped (characters outside a-z)" if info.n_dropped else ""),
+    ]
+    if info.run_dir is not None:
+        lines.append(f"run directory {info.run_dir}")
+    return "\n".join(lines)
+
+
+def format_record(record: dict[str, Any], total: int) -> str:
+    val = record.get("val_loss")
+    val_text = f"{val:.4f}" if val is not None else "-"
+    return (
+        f"step {record['step']:>{len(str(total))}}/{total}  train {record['train_loss']:.4f}  "
+        f"val {val_text}  lr {record['lr']:.2e}  {record['us_per_step']:.1f} us/step"
+    )
+
+
+class RichReporter:
+    """Implements trainer.Reporter; the bar is drawn only on a terminal, the log lines always."""
+
+    def __init__(self, console: Console | None = None) -> None:
+        self.console = console or Console()
+        self._bar: Progress | None = None
+        self.task: Any = None
+        self.total = 0
+        self.start_step = 0
+        self.t0 = 0.0
+
+    def start(self, info: RunInfo) -> None:
+        self.console.print(describe_run(info), highlight=False)
+        self.total, self.start_step, self.t0 = info.total_steps, info.start_step, time.perf_counter()
+        self._bar = Progress(
+            TextColumn("[bold]train"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[rate]:>12}"),
+            TextColumn("loss {task.fields[loss]}"),
+            TextColumn("ETA"),
+            TimeRemainingColumn(),
+            console=self.console,
+            disable=not self.console.is_terminal,
+        )
+        self._bar.start()
+        self.task = self._bar.add_task(
+            "train", total=info.total_steps, completed=info.start_step, rate="", loss="-"
+        )
+
+    def progress_rate(self, step: int) -> str:
+        elapsed = time.perf_counter() - self.t0
+        return f"{(step - self.start_step) / elapsed:,.0f} steps/s" if elapsed > 0 else ""
+
+    def progress(self, step: int, total: int, train_loss: float) -> None:
+        if self._bar is not None:
+            self._bar.update(self.task, completed=step, rate=self.progress_rate(step), loss=f"{train_loss:.4f}")
+
+    def log(self, record: dict[str, Any]) -> None:
+        self.console.print(format_record(record, self.total), highlight=False)
+
+    def message(self, text: str) -> None:
+        self.console.print(text, highlight=False)
+
+    def finish(self) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+            self._bar = None
