@@ -208,7 +208,7 @@ def backends_cmd(as_json: Annotated[bool, typer.Option("--json", help="machine-r
     if as_json:
         print(json.dumps(report, indent=2))
         return
-    console = Console()
+    console = _wide_console()
     table = Table("backend", "distribution", "version", "available", "score", "reason")
     for b in report["backends"]:
         table.add_row(b["name"], b["distribution"], b["version"], "yes" if b["available"] else "no",
@@ -223,6 +223,12 @@ def backends_cmd(as_json: Annotated[bool, typer.Option("--json", help="machine-r
         console.print("auto picks: nothing (no available backend can run the default config)")
     for f in report["plugin_failures"]:
         console.print(f"broken plugin {f['plugin']} ({f['distribution']}): {f['error']}", highlight=False)
+
+
+def _wide_console(stderr: bool = False) -> Console:
+    """Tables stay readable when piped (rich would otherwise assume 80 columns)."""
+    console = Console(stderr=stderr)
+    return console if console.is_terminal else Console(stderr=stderr, width=160)
 
 
 def _pct(value: float | None) -> str:
@@ -275,7 +281,7 @@ def bench_cmd(
     measured = peak_gflops(registry)
     peak = measured or peak_gflops_
     peak_source = "measured by a plugin" if measured else ("--peak-gflops" if peak else None)
-    console = Console(stderr=as_json)
+    console = _wide_console(stderr=as_json)
     console.print(f"timing {', '.join(e.name for e in entries)} at d_model {', '.join(map(str, sizes))} ...")
     rows, notes = bench.speed_table(registry, entries, sizes, train_set, peak=peak, repeats=repeats,
                                     target_s=seconds)

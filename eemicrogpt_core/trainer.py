@@ -7,6 +7,7 @@ on the chunking, which is what makes `--resume` exact.
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -124,27 +125,29 @@ def evaluate(session: Any, batches: list[tuple[np.ndarray, np.ndarray]]) -> floa
 
 
 def estimate_steps(session: Any, data: Dataset, cfg: TrainConfig, budget: float) -> int:
-    """Steps that fit in `budget` seconds, from a timed warm-up on throwaway batches; state is restored."""
+    """Steps that fit in `budget` seconds, from a timed warm-up on throwaway batches; state is restored.
+
+    The per-step time is the median over several warm-up chunks, so one chunk slowed by a busy machine
+    does not skew the estimate; the first chunk (cold caches, lazy set-up) is not counted.
+    """
     saved = session.get_state()
     sampler = BatchSampler(data, cfg.batch, cfg.seed, stream=WARMUP_STREAM)
-    n, spent, done = 2, 0.0, 0
     target = min(0.1 * budget, 1.0)  # time spent measuring: at most a tenth of the budget
-    first = True
-    while True:
+    n, spent, per_step = 2, 0.0, []
+    for i in range(64):
         tokens, lengths = sampler.sample(n)
-        lrs = np.full(n, cfg.lr, np.float32)
         t0 = time.perf_counter()
-        session.train_steps(tokens, lengths, lrs)
+        session.train_steps(tokens, lengths, np.full(n, cfg.lr, np.float32))
         dt = time.perf_counter() - t0
-        if first:  # the first call pays for cold caches and lazy set-up; do not count it
-            first = False
+        if i == 0:
             continue
-        spent, done = spent + dt, done + n
-        if spent >= target:
+        spent += dt
+        per_step.append(dt / n)
+        if spent >= target and len(per_step) >= 3:
             break
         n = min(2 * n, 1000)
     session.set_state(saved)
-    return max(1, int(budget / (spent / done)))
+    return max(1, int(budget / statistics.median(per_step)))
 
 
 def train(
