@@ -1,0 +1,168 @@
+"""The training loop on numpy_ref: falling loss, exact resume, chunking invariance, time budgets, Ctrl-C."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from eemicrogpt_core.backend import BackendSpec, ProbeResult, TrainState
+from eemicrogpt_core.checkpoint import load_checkpoint
+from eemicrogpt_core.config import TrainConfig
+from eemicrogpt_core.errors import BackendSelectionError
+from eemicrogpt_core.hookspec import hookimpl
+from eemicrogpt_core.optim import lr_at
+from eemicrogpt_core.registry import BackendRegistry, load_registry
+from eemicrogpt_core.rundir import RunDir
+from eemicrogpt_core.trainer import NullReporter, TrainingDiverged, prepare_data, train
+
+UNIFORM_LOSS = float(np.log(27))  # 3.296
+
+
+@pytest.fixture(scope="module")
+def registry() -> BackendRegistry:
+    reg = load_registry()
+    entry = reg.get("numpy_ref")
+    if entry is None or not entry.available:
+        pytest.fail("numpy_ref must be installed for the trainer tests: pip install ./backends/numpy_ref")
+    return reg
+
+
+@pytest.fixture(scope="module")
+def cfg(names_file: Path) -> TrainConfig:
+    return TrainConfig(d_model=16, steps=60, lr=0.01, backend="numpy_ref", data=str(names_file),
+                       log_every=30, chunk_steps=25, eval_batches=4)
+
+
+class StopAt(NullReporter):
+    """Raises KeyboardInterrupt once training reaches `step`, as a Ctrl-C between chunks would."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def progress(self, step: int, total: int, train_loss: float) -> None:
+        if step >= self.step:
+            raise KeyboardInterrupt
+
+
+class SigintAt(NullReporter):
+    """Sends this process a real SIGINT at `step`: the loop must finish the chunk, save and stop."""
+
+    def __init__(self, step: int) -> None:
+        self.step, self.messages = step, []
+
+    def progress(self, step: int, total: int, train_loss: float) -> None:
+        if step == self.step:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    def message(self, text: str) -> None:
+        self.messages.append(text)
+
+
+def test_short_run_learns_and_writes_a_run_dir(registry: BackendRegistry, cfg: TrainConfig, tmp_path: Path) -> None:
+    run = RunDir.create(str(tmp_path / "run"), cfg)
+    result = train(dataclasses.replace(cfg, steps=200, log_every=100), registry, run_dir=run)
+    assert result.backend == "numpy_ref" and result.steps_run == 200 and not result.interrupted
+    assert result.losses[:10].mean() > 3.0
+    assert result.train_loss < UNIFORM_LOSS - 0.6 and result.val_loss is not None
+    assert result.val_loss < UNIFORM_LOSS - 0.6
+    records = run.read_metrics()
+    assert [r["step"] for r in records] == [100, 200]
+    assert records[-1]["lr"] == pytest.approx(lr_at(200, 200, 0.01), abs=1e-9)
+    assert run.config_path.is_file() and run.checkpoint_path.is_file()
+    assert load_checkpoint(run.checkpoint_path).state.step == 200
+
+
+def test_resume_continues_exactly(registry: BackendRegistry, cfg: TrainConfig, tmp_path: Path) -> None:
+    whole = train(cfg, registry, run_dir=RunDir.create(str(tmp_path / "whole"), cfg))
+
+    run = RunDir.create(str(tmp_path / "split"), cfg)
+    first = train(cfg, registry, run_dir=run, reporter=StopAt(25))
+    assert first.interrupted and first.steps_run == 25
+    ckpt = load_checkpoint(run.checkpoint_path)
+    assert ckpt.state.step == 25 and ckpt.total_steps == 60
+    second = train(ckpt.config, registry, run_dir=RunDir.existing(run.path), resume=ckpt)
+
+    assert np.array_equal(np.concatenate([first.losses, second.losses]), whole.losses)
+    assert np.array_equal(second.state.params, whole.state.params)
+    assert np.array_equal(second.state.adam_v, whole.state.adam_v)
+    assert second.train_loss == whole.train_loss and second.val_loss == whole.val_loss
+    assert [r["step"] for r in run.read_metrics()] == [30, 60]
+
+
+def test_losses_do_not_depend_on_chunk_size(registry: BackendRegistry, cfg: TrainConfig) -> None:
+    a = train(dataclasses.replace(cfg, steps=30, chunk_steps=30), registry)
+    b = train(dataclasses.replace(cfg, steps=30, chunk_steps=7), registry)
+    assert np.array_equal(a.losses, b.losses)
+
+
+def test_real_sigint_stops_at_a_chunk_boundary_and_saves(
+    registry: BackendRegistry, cfg: TrainConfig, tmp_path: Path
+) -> None:
+    run = RunDir.create(str(tmp_path / "run"), cfg)
+    reporter = SigintAt(25)
+    result = train(cfg, registry, run_dir=run, reporter=reporter)
+    assert result.interrupted and result.steps_run == 25
+    assert load_checkpoint(run.checkpoint_path).state.step == 25
+    assert any("checkpoint saved" in m for m in reporter.messages)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handler restored
+
+
+def test_time_budget_sets_the_schedule(registry: BackendRegistry, cfg: TrainConfig) -> None:
+    budgeted = dataclasses.replace(cfg, steps=1, time_budget=0.3, log_every=10**6)
+    result = train(budgeted, registry)
+    assert result.total_steps > 10 and result.steps_run == result.total_steps
+    assert result.records[-1]["lr"] == pytest.approx(lr_at(result.total_steps, result.total_steps, cfg.lr))
+
+
+def test_explicit_unavailable_backend_never_falls_back(registry: BackendRegistry, cfg: TrainConfig) -> None:
+    with pytest.raises(BackendSelectionError, match="unknown backend 'avx9000'"):
+        train(dataclasses.replace(cfg, backend="avx9000"), registry)
+
+
+class _NanSession:
+    def __init__(self, shape: Any) -> None:
+        self.state = TrainState.fresh(np.zeros(shape.n_params, np.float32))
+
+    def set_state(self, state: TrainState) -> None:
+        self.state = state.copy()
+
+    def get_state(self) -> TrainState:
+        return self.state.copy()
+
+    def train_steps(self, tokens: np.ndarray, lengths: np.ndarray, lrs: np.ndarray) -> np.ndarray:
+        self.state.step += len(lrs)
+        losses = np.full(len(lrs), 2.0, np.float32)
+        losses[-1] = np.nan
+        return losses
+
+    def loss_and_grads(self, tokens: np.ndarray, lengths: np.ndarray, want_grads: bool = True) -> Any:
+        return 2.0, None
+
+    def close(self) -> None:
+        pass
+
+
+class _NanPlugin:
+    @hookimpl
+    def eemicrogpt_backends(self) -> list[BackendSpec]:
+        return [BackendSpec("nan_backend", "returns NaN losses", lambda: ProbeResult.ok(1),
+                            lambda shape, batch, dtype: _NanSession(shape))]
+
+
+def test_non_finite_loss_is_a_clear_error(cfg: TrainConfig) -> None:
+    reg = load_registry(entry_points=False, extra_plugins=[_NanPlugin()])
+    with pytest.raises(TrainingDiverged, match="became nan at step 25; try a lower --lr"):
+        train(dataclasses.replace(cfg, backend="nan_backend"), reg)
+
+
+def test_prepare_data_counts(cfg: TrainConfig) -> None:
+    data = prepare_data(cfg)
+    assert len(data.train) + len(data.val) == 32033
+    assert len(data.val) == int(np.ceil(0.1 * 32033))
+    assert data.n_truncated > 0 and data.n_dropped == 0
