@@ -1,0 +1,115 @@
+/*
+ * The FMOPA engine: the only translation unit built with SME flags, and the only code that runs in
+ * streaming mode. Vector-length agnostic: tile sides come from svcntsw()/svcntsh(), every load and
+ * store is predicated, so the same code is correct at any streaming vector length (tested at 256 and
+ * 512 bits). Rows beyond M/N (the last partial strip of packed positions) are masked, never padded.
+ */
+#include <arm_sme.h>
+
+#include "sme2_internal.h"
+
+/* Store one ZA row (already widened to fp32) into C with the epilogue fused in: scale, accumulate,
+ * ReLU. This is the "readout with the neighbouring elementwise op" pattern: the row is in a register
+ * anyway, so the residual add and the clamp cost no extra pass over memory. */
+static inline void put_row(const emg_gemm *g, int row, int col, svbool_t pc, svfloat32_t v, int add,
+                           int relu) __arm_streaming {
+    float *c = g->C + (long)row * g->ldc + col;
+    v = svmul_n_f32_x(pc, v, g->alpha);
+    if (add) v = svadd_f32_x(pc, v, svld1_f32(pc, c));
+    if (relu) v = svmax_n_f32_x(pc, v, 0.0f);
+    svst1_f32(pc, c, v);
+}
+
+#if !EMG_SME_F16
+
+/* Read a za32 tile out four rows per instruction (SME2 multi-vector MOVA, VG4). */
+#define READ_TILE32(tile, r0, c0)                                                              \
+    do {                                                                                       \
+        const int r0_ = (r0), c0_ = (c0);                                                      \
+        const svbool_t pc_ = svwhilelt_b32(c0_, g->N);                                         \
+        for (int s_ = 0; s_ < T && r0_ + s_ < g->M; s_ += 4) {                                 \
+            svfloat32x4_t q_ = svread_hor_za32_f32_vg4(tile, s_);                              \
+            put_row(g, r0_ + s_, c0_, pc_, svget4(q_, 0), add, relu);                          \
+            if (r0_ + s_ + 1 < g->M) put_row(g, r0_ + s_ + 1, c0_, pc_, svget4(q_, 1), add, relu); \
+            if (r0_ + s_ + 2 < g->M) put_row(g, r0_ + s_ + 2, c0_, pc_, svget4(q_, 2), add, relu); \
+            if (r0_ + s_ + 3 < g->M) put_row(g, r0_ + s_ + 3, c0_, pc_, svget4(q_, 3), add, relu); \
+        }                                                                                      \
+    } while (0)
+
+/* fp32: a 2T x 2T block per pass on all four za32 tiles. Each k step loads two A and two B vectors
+ * and issues four independent FMOPAs, so consecutive FMOPAs never wait on the same tile. */
+static void gemm_body(const emg_gemm *g) __arm_streaming __arm_inout("za") {
+    const int T = (int)svcntsw();
+    const int add = g->flags & GEMM_ACC, relu = g->flags & GEMM_RELU;
+    for (int i0 = 0; i0 < g->M; i0 += 2 * T) {
+        const svbool_t pi0 = svwhilelt_b32(i0, g->M), pi1 = svwhilelt_b32(i0 + T, g->M);
+        for (int j0 = 0; j0 < g->N; j0 += 2 * T) {
+            const svbool_t pj0 = svwhilelt_b32(j0, g->N), pj1 = svwhilelt_b32(j0 + T, g->N);
+            const float *a = g->A + i0, *b = g->B + j0;
+            svzero_za();
+            for (int k = 0; k < g->K; k++, a += g->lda, b += g->ldb) {
+                const svfloat32_t a0 = svld1_f32(pi0, a), a1 = svld1_f32(pi1, a + T);
+                const svfloat32_t b0 = svld1_f32(pj0, b), b1 = svld1_f32(pj1, b + T);
+                svmopa_za32_f32_m(0, pi0, pj0, a0, b0);
+                svmopa_za32_f32_m(1, pi0, pj1, a0, b1);
+                svmopa_za32_f32_m(2, pi1, pj0, a1, b0);
+                svmopa_za32_f32_m(3, pi1, pj1, a1, b1);
+            }
+            READ_TILE32(0, i0, j0);
+            READ_TILE32(1, i0, j0 + T);
+            READ_TILE32(2, i0 + T, j0);
+            READ_TILE32(3, i0 + T, j0 + T);
+        }
+    }
+}
+
+#else /* EMG_SME_F16 */
+
+/* Widen one za16 row (T halves) to two fp32 vectors and store it. FCVT reads the even halves, so
+ * zip1/zip2 of the row with itself put halves 0..T/2-1 and T/2..T-1 there in order. */
+#define READ_TILE16(tile, r0, c0)                                                        \
+    do {                                                                                 \
+        const int r0_ = (r0), c0_ = (c0);                                                \
+        const svbool_t pl_ = svwhilelt_b32(c0_, g->N), ph_ = svwhilelt_b32(c0_ + T / 2, g->N); \
+        for (int s_ = 0; s_ < T && r0_ + s_ < g->M; s_++) {                              \
+            const svfloat16_t v_ = svread_hor_za16_f16_m(svdup_n_f16(0), all16, tile, s_); \
+            put_row(g, r0_ + s_, c0_, pl_, svcvt_f32_f16_x(all32, svzip1_f16(v_, v_)), add, relu); \
+            put_row(g, r0_ + s_, c0_ + T / 2, ph_, svcvt_f32_f16_x(all32, svzip2_f16(v_, v_)), add, relu); \
+        }                                                                                \
+    } while (0)
+
+/* fp16: a T x 2T block per pass on both za16 tiles; products accumulate in fp16 inside ZA (the
+ * non-widening FEAT_SME_F16F16 FMOPA) for EMG_F16_KCHUNK terms, then each chunk is drained into the
+ * fp32 result, so long reductions (weight gradients over thousands of positions) sum in fp32. */
+static void gemm_body(const emg_gemm *g) __arm_streaming __arm_inout("za") {
+    const int T = (int)svcntsh();
+    const svbool_t all16 = svptrue_b16(), all32 = svptrue_b32();
+    for (int i0 = 0; i0 < g->M; i0 += T) {
+        const svbool_t pi = svwhilelt_b16(i0, g->M);
+        for (int j0 = 0; j0 < g->N; j0 += 2 * T) {
+            const svbool_t pj0 = svwhilelt_b16(j0, g->N), pj1 = svwhilelt_b16(j0 + T, g->N);
+            for (int k0 = 0; k0 < g->K; k0 += EMG_F16_KCHUNK) {
+                const int k1 = k0 + EMG_F16_KCHUNK < g->K ? k0 + EMG_F16_KCHUNK : g->K;
+                const op_t *a = g->A + (long)k0 * g->lda + i0, *b = g->B + (long)k0 * g->ldb + j0;
+                svzero_za();
+                for (int k = k0; k < k1; k++, a += g->lda, b += g->ldb) {
+                    const svfloat16_t av = svld1_f16(pi, a);
+                    svmopa_za16_f16_m(0, pi, pj0, av, svld1_f16(pj0, b));
+                    svmopa_za16_f16_m(1, pi, pj1, av, svld1_f16(pj1, b + T));
+                }
+                const int add = k0 > 0 || (g->flags & GEMM_ACC);
+                const int relu = k1 == g->K && (g->flags & GEMM_RELU);
+                READ_TILE16(0, i0, j0);
+                READ_TILE16(1, i0, j0 + T);
+            }
+        }
+    }
+}
+
+#endif
+
+__arm_locally_streaming __arm_new("za") void sme_gemm(const emg_gemm *g) { gemm_body(g); }
+
+__arm_locally_streaming __arm_new("za") void sme_gemm_many(const emg_gemm *g, int n) {
+    for (int i = 0; i < n; i++) gemm_body(&g[i]);
+}

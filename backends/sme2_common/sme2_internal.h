@@ -1,0 +1,56 @@
+/*
+ * Internal interface between the model step (sme2_step.c, plain C / Neon, never streaming) and the
+ * FMOPA kernels (sme2_gemm.c, the only translation unit built with SME flags). One source tree serves
+ * both backends: EMG_SME_F16=0 builds sme2_f32 (fp32 operands, za32 tiles), EMG_SME_F16=1 builds
+ * sme2_f16 (fp16 operands, non-widening fp16 FMOPA into za16 tiles).
+ */
+#ifndef EMG_SME2_INTERNAL_H
+#define EMG_SME2_INTERNAL_H
+
+#include <stdint.h>
+
+#ifndef EMG_SME_F16
+#error "compile with -DEMG_SME_F16=0 (sme2_f32) or -DEMG_SME_F16=1 (sme2_f16)"
+#endif
+
+#if EMG_SME_F16
+typedef __fp16 op_t; /* GEMM operand type */
+/* fp16 ZA accumulators are drained into fp32 every this many contraction terms (see README). */
+#define EMG_F16_KCHUNK 64
+#else
+typedef float op_t;
+#endif
+
+#define EMG_EXPORT __attribute__((visibility("default")))
+#define EMG_HIDDEN __attribute__((visibility("hidden")))
+
+enum { GEMM_ACC = 1, GEMM_RELU = 2 };
+
+/*
+ * C[i][j] = (flags & GEMM_ACC ? C[i][j] : 0) + alpha * sum_k A[k][i] * B[k][j]   (i < M, j < N, k < K)
+ * with A stored k-major (A[k * lda + i]) and B stored k-major (B[k * ldb + j]): the operand layout of
+ * an outer-product engine. GEMM_RELU clamps the stored result at 0 (applied after the accumulate).
+ */
+typedef struct {
+    int M, N, K;
+    const op_t *A;
+    long lda;
+    const op_t *B;
+    long ldb;
+    float *C;
+    long ldc;
+    float alpha;
+    int flags;
+} emg_gemm;
+
+/* One GEMM in its own streaming session. */
+EMG_HIDDEN void sme_gemm(const emg_gemm *g);
+/* n GEMMs back to back in a single streaming session (the batch-hoisted weight gradients). */
+EMG_HIDDEN void sme_gemm_many(const emg_gemm *g, int n);
+
+/* CPU capability (sme2_cpu.c, built without SME flags so it can run anywhere). */
+enum { SME_CPU_OK = 0, SME_CPU_NO_SME2 = 1, SME_CPU_NO_F16F16 = 2 };
+EMG_EXPORT int emg_sme_cpu_status(int need_f16f16);
+EMG_EXPORT int emg_sme_svl_bytes(void);
+
+#endif

@@ -1,0 +1,474 @@
+/*
+ * The training step of the SME2 backends (native ABI of eemicrogpt.h). Plain C that the compiler turns
+ * into Neon; every matrix product goes to the FMOPA engine in sme2_gemm.c.
+ *
+ * Layout: live (batch, position) rows are packed densely, row n = one position that predicts a token,
+ * so every GEMM runs over N = sum(len - 1) rows with only the last partial tile masked. Activations are
+ * kept position-major [N][width]; the GEMM operand that must be k-major (feature-major) is made by one
+ * transpose just before its GEMM, into a shared scratch (opT). The backward pass works on the gradient
+ * of the summed loss (dlogits = softmax - onehot, O(1) per row): that is loss scaling for the fp16 build,
+ * and 1/N is applied once, in the fp32 readout of the weight gradients.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "eemicrogpt.h"
+#include "sme2_internal.h"
+
+#define V EMG_VOCAB
+#define S EMG_MAX_SEQ
+#define MAX_ALLOCS 48
+
+struct emg_session {
+    int d, h, hd, f, max_batch, max_rows;
+    long n_params;
+    float *p, *m, *v, *g; /* params, Adam moments, gradient: the ABI layout */
+    int64_t step;
+    long o_tok, o_pos, o_qkv, o_wo, o_f1, o_f2, o_lm; /* tensor offsets in the layout */
+    /* k-major weight operands (W transposed), rebuilt after every parameter change */
+    op_t *t_qkv, *t_wo, *t_f1, *t_f2, *t_lm;
+    /* row-major weight operands for the backward input gradients (aliases of p in the fp32 build) */
+    const op_t *w_qkv, *w_wo, *w_f1, *w_f2, *w_lm;
+    /* the packed batch */
+    int n_rows;
+    int *seq_start, *seq_len;
+    uint8_t *row_tok, *row_pos, *row_tgt;
+    /* activations, [rows][width] */
+    float *x0, *r0, *h1, *r1, *qkv, *probs, *att, *x1, *h2, *r2, *hid, *x2, *logits;
+    /* gradients of the summed loss, [rows][width] */
+    float *dlog, *dx2, *dpre, *dh2, *dx1, *datt, *dqkv, *dh1;
+    op_t *opT; /* feature-major operand scratch, [max(4D, 3D)][rows] */
+#if EMG_SME_F16
+    op_t *h_w;   /* fp16 copies of the row-major weights (the w_* point into it) */
+    op_t *h_act; /* fp16 copies of the position-major weight-gradient operands */
+#endif
+    void *allocs[MAX_ALLOCS];
+    int n_allocs, alloc_failed;
+};
+
+/* ---- allocation ------------------------------------------------------------------------------ */
+
+static void *session_alloc(emg_session *s, size_t bytes) {
+    if (s->n_allocs == MAX_ALLOCS) {
+        s->alloc_failed = 1;
+        return NULL;
+    }
+    bytes = (bytes + 63) & ~(size_t)63;
+    void *ptr = aligned_alloc(64, bytes ? bytes : 64);
+    if (ptr) {
+        memset(ptr, 0, bytes);
+        s->allocs[s->n_allocs++] = ptr;
+    } else {
+        s->alloc_failed = 1;
+    }
+    return ptr;
+}
+
+static void session_free(emg_session *s) {
+    for (int i = 0; i < s->n_allocs; i++) free(s->allocs[i]);
+    free(s);
+}
+
+/* ---- layout helpers -------------------------------------------------------------------------- */
+
+/* dst[c][r] = src[r][c] for a [rows][cols] source, converting to the operand type; 8x8 blocks keep
+ * both sides cache-friendly. */
+static void transpose_op(op_t *restrict dst, const float *restrict src, int rows, int cols) {
+    for (int r0 = 0; r0 < rows; r0 += 8)
+        for (int c0 = 0; c0 < cols; c0 += 8) {
+            const int r1 = r0 + 8 < rows ? r0 + 8 : rows, c1 = c0 + 8 < cols ? c0 + 8 : cols;
+            for (int c = c0; c < c1; c++)
+                for (int r = r0; r < r1; r++) dst[(long)c * rows + r] = (op_t)src[(long)r * cols + c];
+        }
+}
+
+#if EMG_SME_F16
+static void to_f16(op_t *restrict dst, const float *restrict src, long n) {
+    for (long i = 0; i < n; i++) dst[i] = (op_t)src[i];
+}
+#endif
+
+static void refresh_weight_operands(emg_session *s) {
+    const int d = s->d, f = s->f;
+    transpose_op(s->t_qkv, s->p + s->o_qkv, 3 * d, d);
+    transpose_op(s->t_wo, s->p + s->o_wo, d, d);
+    transpose_op(s->t_f1, s->p + s->o_f1, f, d);
+    transpose_op(s->t_f2, s->p + s->o_f2, d, f);
+    transpose_op(s->t_lm, s->p + s->o_lm, V, d);
+#if EMG_SME_F16
+    /* Wq..Wlm are contiguous in the layout: one conversion covers all five row-major operands. */
+    to_f16(s->h_w, s->p + s->o_qkv, s->n_params - s->o_qkv);
+#endif
+}
+
+static void gemm(int M, int N, int K, const op_t *A, long lda, const op_t *B, long ldb, float *C, long ldc,
+                 int flags) {
+    const emg_gemm g = {M, N, K, A, lda, B, ldb, C, ldc, 1.0f, flags};
+    sme_gemm(&g);
+}
+
+/* ---- elementwise pieces -------------------------------------------------------------------- */
+
+static void rms_forward(float *restrict y, float *restrict r, const float *restrict x, int rows, int d) {
+    for (int n = 0; n < rows; n++) {
+        const float *xn = x + (long)n * d;
+        float ss = 0.0f;
+        for (int i = 0; i < d; i++) ss += xn[i] * xn[i];
+        const float rn = 1.0f / sqrtf(ss / (float)d + EMG_RMS_EPS);
+        r[n] = rn;
+        for (int i = 0; i < d; i++) y[(long)n * d + i] = xn[i] * rn;
+    }
+}
+
+/* out = base + r * (dy - y * mean(dy * y)); base may be NULL (then 0). out may alias dy. */
+static void rms_backward(float *out, const float *base, const float *dy, const float *y, const float *r,
+                         int rows, int d) {
+    for (int n = 0; n < rows; n++) {
+        const long o = (long)n * d;
+        float dot = 0.0f;
+        for (int i = 0; i < d; i++) dot += dy[o + i] * y[o + i];
+        const float mean = dot / (float)d;
+        for (int i = 0; i < d; i++) {
+            const float v = r[n] * (dy[o + i] - y[o + i] * mean);
+            out[o + i] = base ? base[o + i] + v : v;
+        }
+    }
+}
+
+static void attention_forward(emg_session *s, int batch) {
+    const int d = s->d, hd = s->hd, w = 3 * s->d;
+    const float scale = 1.0f / sqrtf((float)hd);
+    for (int b = 0; b < batch; b++) {
+        const int r0 = s->seq_start[b], len = s->seq_len[b];
+        for (int hh = 0; hh < s->h; hh++)
+            for (int t = 0; t < len; t++) {
+                const float *q = s->qkv + (long)(r0 + t) * w + hh * hd;
+                float *p = s->probs + ((long)(r0 + t) * s->h + hh) * S;
+                float mx = -INFINITY, sum = 0.0f;
+                for (int u = 0; u <= t; u++) {
+                    const float *k = s->qkv + (long)(r0 + u) * w + d + hh * hd;
+                    float dot = 0.0f;
+                    for (int j = 0; j < hd; j++) dot += q[j] * k[j];
+                    p[u] = dot * scale;
+                    mx = p[u] > mx ? p[u] : mx;
+                }
+                for (int u = 0; u <= t; u++) sum += (p[u] = expf(p[u] - mx));
+                const float inv = 1.0f / sum;
+                float *out = s->att + (long)(r0 + t) * d + hh * hd;
+                for (int j = 0; j < hd; j++) out[j] = 0.0f;
+                for (int u = 0; u <= t; u++) {
+                    p[u] *= inv;
+                    const float *v = s->qkv + (long)(r0 + u) * w + 2 * d + hh * hd;
+                    for (int j = 0; j < hd; j++) out[j] += p[u] * v[j];
+                }
+            }
+    }
+}
+
+static void attention_backward(emg_session *s, int batch) {
+    const int d = s->d, hd = s->hd, w = 3 * s->d;
+    const float scale = 1.0f / sqrtf((float)hd);
+    memset(s->dqkv, 0, sizeof(float) * (size_t)s->n_rows * w);
+    for (int b = 0; b < batch; b++) {
+        const int r0 = s->seq_start[b], len = s->seq_len[b];
+        for (int hh = 0; hh < s->h; hh++)
+            for (int t = 0; t < len; t++) {
+                const float *p = s->probs + ((long)(r0 + t) * s->h + hh) * S;
+                const float *ga = s->datt + (long)(r0 + t) * d + hh * hd;
+                const float *q = s->qkv + (long)(r0 + t) * w + hh * hd;
+                float *dq = s->dqkv + (long)(r0 + t) * w + hh * hd;
+                float dp[S], sdot = 0.0f;
+                for (int u = 0; u <= t; u++) {
+                    const float *v = s->qkv + (long)(r0 + u) * w + 2 * d + hh * hd;
+                    float *dv = s->dqkv + (long)(r0 + u) * w + 2 * d + hh * hd;
+                    float dot = 0.0f;
+                    for (int j = 0; j < hd; j++) {
+                        dot += ga[j] * v[j];
+                        dv[j] += p[u] * ga[j];
+                    }
+                    dp[u] = dot;
+                    sdot += p[u] * dot;
+                }
+                for (int u = 0; u <= t; u++) {
+                    const float ds = p[u] * (dp[u] - sdot) * scale;
+                    const float *k = s->qkv + (long)(r0 + u) * w + d + hh * hd;
+                    float *dk = s->dqkv + (long)(r0 + u) * w + d + hh * hd;
+                    for (int j = 0; j < hd; j++) {
+                        dq[j] += ds * k[j];
+                        dk[j] += ds * q[j];
+                    }
+                }
+            }
+    }
+}
+
+/* ---- the step -------------------------------------------------------------------------------- */
+
+static void pack_batch(emg_session *s, int batch, const uint8_t *tokens, const uint8_t *lengths) {
+    int n = 0;
+    for (int b = 0; b < batch; b++) {
+        const uint8_t *tok = tokens + (long)b * S;
+        s->seq_start[b] = n;
+        s->seq_len[b] = lengths[b] - 1;
+        for (int t = 0; t < lengths[b] - 1; t++, n++) {
+            s->row_tok[n] = tok[t];
+            s->row_pos[n] = (uint8_t)t;
+            s->row_tgt[n] = tok[t + 1];
+        }
+    }
+    s->n_rows = n;
+}
+
+/* Forward over the packed rows; returns the summed loss and leaves dlogits in s->dlog. */
+static double forward(emg_session *s, int batch) {
+    const int n = s->n_rows, d = s->d, f = s->f;
+    const float *tok_emb = s->p + s->o_tok, *pos_emb = s->p + s->o_pos;
+    for (int r = 0; r < n; r++)
+        for (int i = 0; i < d; i++)
+            s->x1[(long)r * d + i] = tok_emb[s->row_tok[r] * d + i] + pos_emb[s->row_pos[r] * d + i];
+    rms_forward(s->x0, s->r0, s->x1, n, d);
+    rms_forward(s->h1, s->r1, s->x0, n, d);
+
+    transpose_op(s->opT, s->h1, n, d);
+    gemm(n, 3 * d, d, s->opT, n, s->t_qkv, 3 * d, s->qkv, 3 * d, 0);
+    attention_forward(s, batch);
+
+    memcpy(s->x1, s->x0, sizeof(float) * (size_t)n * d); /* residual, added in the GEMM readout */
+    transpose_op(s->opT, s->att, n, d);
+    gemm(n, d, d, s->opT, n, s->t_wo, d, s->x1, d, GEMM_ACC);
+
+    rms_forward(s->h2, s->r2, s->x1, n, d);
+    transpose_op(s->opT, s->h2, n, d);
+    gemm(n, f, d, s->opT, n, s->t_f1, f, s->hid, f, GEMM_RELU);
+
+    memcpy(s->x2, s->x1, sizeof(float) * (size_t)n * d);
+    transpose_op(s->opT, s->hid, n, f);
+    gemm(n, d, f, s->opT, n, s->t_f2, d, s->x2, d, GEMM_ACC);
+
+    transpose_op(s->opT, s->x2, n, d);
+    gemm(n, V, d, s->opT, n, s->t_lm, V, s->logits, V, 0);
+
+    double loss = 0.0;
+    for (int r = 0; r < n; r++) {
+        const float *z = s->logits + (long)r * V;
+        float *dz = s->dlog + (long)r * V;
+        float mx = z[0], sum = 0.0f;
+        for (int c = 1; c < V; c++) mx = z[c] > mx ? z[c] : mx;
+        for (int c = 0; c < V; c++) sum += (dz[c] = expf(z[c] - mx));
+        loss += (double)(logf(sum) - (z[s->row_tgt[r]] - mx));
+        const float inv = 1.0f / sum;
+        for (int c = 0; c < V; c++) dz[c] *= inv;
+        dz[s->row_tgt[r]] -= 1.0f;
+    }
+    return loss;
+}
+
+/* Backward from s->dlog; writes the mean-loss gradient into s->g (every element). */
+static void backward(emg_session *s, int batch) {
+    const int n = s->n_rows, d = s->d, f = s->f;
+    const float inv_n = 1.0f / (float)n;
+
+    /* input-gradient chain: each GEMM reads the upstream gradient feature-major */
+    transpose_op(s->opT, s->dlog, n, V);
+    gemm(n, d, V, s->opT, n, s->w_lm, d, s->dx2, d, 0);
+    transpose_op(s->opT, s->dx2, n, d);
+    gemm(n, f, d, s->opT, n, s->w_f2, f, s->dpre, f, 0);
+    for (long i = 0; i < (long)n * f; i++) s->dpre[i] = s->hid[i] > 0.0f ? s->dpre[i] : 0.0f;
+    transpose_op(s->opT, s->dpre, n, f);
+    gemm(n, d, f, s->opT, n, s->w_f1, d, s->dh2, d, 0);
+    rms_backward(s->dx1, s->dx2, s->dh2, s->h2, s->r2, n, d);
+
+    transpose_op(s->opT, s->dx1, n, d);
+    gemm(n, d, d, s->opT, n, s->w_wo, d, s->datt, d, 0);
+    attention_backward(s, batch);
+    transpose_op(s->opT, s->dqkv, n, 3 * d);
+    gemm(n, d, 3 * d, s->opT, n, s->w_qkv, d, s->dh1, d, 0);
+    rms_backward(s->dh1, s->dx1, s->dh1, s->h1, s->r1, n, d);   /* dh1 := d(loss)/d(x0) */
+    rms_backward(s->dh1, NULL, s->dh1, s->x0, s->r0, n, d);     /* dh1 := d(loss)/d(embedding) */
+
+    /* All weight gradients in one streaming session, contracting over every packed row at once;
+     * 1/N is applied in the readout. Operand pairs: (upstream gradient, layer input). */
+    const float *pairs[5][2] = {{s->dlog, s->x2}, {s->dx2, s->hid}, {s->dpre, s->h2}, {s->dx1, s->att},
+                                {s->dqkv, s->h1}};
+    const int dims[5][2] = {{V, d}, {d, f}, {f, d}, {d, d}, {3 * d, d}};
+    float *outs[5] = {s->g + s->o_lm, s->g + s->o_f2, s->g + s->o_f1, s->g + s->o_wo, s->g + s->o_qkv};
+    emg_gemm wg[5];
+#if EMG_SME_F16
+    op_t *cursor = s->h_act;
+#endif
+    for (int i = 0; i < 5; i++) {
+        const int mdim = dims[i][0], kdim = dims[i][1];
+#if EMG_SME_F16
+        op_t *a = cursor, *b = cursor + (long)n * mdim;
+        cursor = b + (long)n * kdim;
+        to_f16(a, pairs[i][0], (long)n * mdim);
+        to_f16(b, pairs[i][1], (long)n * kdim);
+#else
+        const op_t *a = pairs[i][0], *b = pairs[i][1];
+#endif
+        wg[i] = (emg_gemm){mdim, kdim, n, a, mdim, b, kdim, outs[i], kdim, inv_n, 0};
+    }
+    sme_gemm_many(wg, 5);
+
+    float *g_tok = s->g + s->o_tok, *g_pos = s->g + s->o_pos;
+    memset(g_tok, 0, sizeof(float) * (size_t)(V + S) * d); /* tok_emb and pos_emb are adjacent */
+    for (int r = 0; r < n; r++) {
+        const float *e = s->dh1 + (long)r * d;
+        float *gt = g_tok + s->row_tok[r] * d, *gp = g_pos + s->row_pos[r] * d;
+        for (int i = 0; i < d; i++) {
+            gt[i] += e[i] * inv_n;
+            gp[i] += e[i] * inv_n;
+        }
+    }
+}
+
+static void adam(emg_session *s, float lr) {
+    s->step += 1;
+    const float b1 = EMG_ADAM_BETA1, b2 = EMG_ADAM_BETA2;
+    const float c1 = (float)(1.0 - pow(EMG_ADAM_BETA1, (double)s->step));
+    const float c2 = (float)(1.0 - pow(EMG_ADAM_BETA2, (double)s->step));
+    const float a1 = (float)(1.0 - EMG_ADAM_BETA1), a2 = (float)(1.0 - EMG_ADAM_BETA2);
+    float *restrict p = s->p, *restrict m = s->m, *restrict v = s->v;
+    const float *restrict g = s->g;
+    for (long i = 0; i < s->n_params; i++) {
+        m[i] = b1 * m[i] + a1 * g[i];
+        v[i] = b2 * v[i] + a2 * g[i] * g[i];
+        p[i] -= lr * (m[i] / c1) / (sqrtf(v[i] / c2) + EMG_ADAM_EPS);
+    }
+}
+
+/* ---- the ABI --------------------------------------------------------------------------------- */
+
+EMG_EXPORT int emg_abi_version(void) { return EMG_ABI_VERSION; }
+
+EMG_EXPORT int emg_supports(int d_model, int n_heads) {
+    return (d_model == 64 || d_model == 128) && (n_heads == 4 || n_heads == 8);
+}
+
+EMG_EXPORT int emg_create(int d_model, int n_heads, int max_batch, emg_session **out) {
+    if (!out) return EMG_ERR_ARGUMENT;
+    *out = NULL;
+    if (max_batch < 1 || max_batch > 4096) return EMG_ERR_ARGUMENT;
+    if (!emg_supports(d_model, n_heads)) return EMG_ERR_UNSUPPORTED;
+    if (emg_sme_cpu_status(EMG_SME_F16) != SME_CPU_OK) return EMG_ERR_UNSUPPORTED;
+
+    emg_session *s = calloc(1, sizeof *s);
+    if (!s) return EMG_ERR_NOMEM;
+    const int d = d_model, f = 4 * d_model;
+    const long rows = (long)max_batch * (S - 1);
+    s->d = d, s->h = n_heads, s->hd = d / n_heads, s->f = f, s->max_batch = max_batch, s->max_rows = (int)rows;
+    s->n_params = 2L * V * d + (long)S * d + 12L * d * d;
+    s->o_tok = 0, s->o_pos = (long)V * d, s->o_qkv = (long)(V + S) * d;
+    s->o_wo = s->o_qkv + 3L * d * d, s->o_f1 = s->o_wo + (long)d * d, s->o_f2 = s->o_f1 + 4L * d * d;
+    s->o_lm = s->o_f2 + 4L * d * d;
+
+    const size_t fl = sizeof(float), np = (size_t)s->n_params, R = (size_t)rows;
+    float **fbufs[] = {&s->p, &s->m, &s->v, &s->g};
+    for (int i = 0; i < 4; i++) *fbufs[i] = session_alloc(s, np * fl);
+    s->t_qkv = session_alloc(s, sizeof(op_t) * 3 * d * d);
+    s->t_wo = session_alloc(s, sizeof(op_t) * d * d);
+    s->t_f1 = session_alloc(s, sizeof(op_t) * 4 * d * d);
+    s->t_f2 = session_alloc(s, sizeof(op_t) * 4 * d * d);
+    s->t_lm = session_alloc(s, sizeof(op_t) * V * d);
+    s->seq_start = session_alloc(s, sizeof(int) * max_batch);
+    s->seq_len = session_alloc(s, sizeof(int) * max_batch);
+    s->row_tok = session_alloc(s, R);
+    s->row_pos = session_alloc(s, R);
+    s->row_tgt = session_alloc(s, R);
+    struct { float **ptr; size_t width; } acts[] = {
+        {&s->x0, d}, {&s->r0, 1}, {&s->h1, d}, {&s->r1, 1}, {&s->qkv, 3 * d}, {&s->probs, n_heads * S},
+        {&s->att, d}, {&s->x1, d}, {&s->h2, d}, {&s->r2, 1}, {&s->hid, f}, {&s->x2, d}, {&s->logits, V},
+        {&s->dlog, V}, {&s->dx2, d}, {&s->dpre, f}, {&s->dh2, d}, {&s->dx1, d}, {&s->datt, d},
+        {&s->dqkv, 3 * d}, {&s->dh1, d}};
+    for (size_t i = 0; i < sizeof acts / sizeof acts[0]; i++) *acts[i].ptr = session_alloc(s, R * acts[i].width * fl);
+    s->opT = session_alloc(s, sizeof(op_t) * R * f);
+#if EMG_SME_F16
+    s->h_w = session_alloc(s, sizeof(op_t) * (np - s->o_qkv));
+    /* widths of the five (gradient, input) pairs: (V+d) + (d+f) + (f+d) + (d+d) + (3d+d) */
+    s->h_act = session_alloc(s, sizeof(op_t) * R * (V + 9 * d + 2 * f));
+    op_t *hw = s->h_w;
+    const long base = s->o_qkv;
+    s->w_qkv = hw, s->w_wo = hw + (s->o_wo - base), s->w_f1 = hw + (s->o_f1 - base);
+    s->w_f2 = hw + (s->o_f2 - base), s->w_lm = hw + (s->o_lm - base);
+#else
+    s->w_qkv = s->p + s->o_qkv, s->w_wo = s->p + s->o_wo, s->w_f1 = s->p + s->o_f1;
+    s->w_f2 = s->p + s->o_f2, s->w_lm = s->p + s->o_lm;
+#endif
+    if (s->alloc_failed) {
+        session_free(s);
+        return EMG_ERR_NOMEM;
+    }
+    refresh_weight_operands(s);
+    *out = s;
+    return EMG_OK;
+}
+
+EMG_EXPORT void emg_destroy(emg_session *s) {
+    if (s) session_free(s);
+}
+
+EMG_EXPORT int emg_set_state(emg_session *s, const float *params, const float *adam_m, const float *adam_v,
+                             int64_t step) {
+    if (!s || !params || !adam_m || !adam_v || step < 0) return EMG_ERR_ARGUMENT;
+    const size_t bytes = sizeof(float) * (size_t)s->n_params;
+    memcpy(s->p, params, bytes);
+    memcpy(s->m, adam_m, bytes);
+    memcpy(s->v, adam_v, bytes);
+    s->step = step;
+    refresh_weight_operands(s);
+    return EMG_OK;
+}
+
+EMG_EXPORT int emg_get_state(const emg_session *s, float *params, float *adam_m, float *adam_v, int64_t *step) {
+    if (!s || !params || !adam_m || !adam_v || !step) return EMG_ERR_ARGUMENT;
+    const size_t bytes = sizeof(float) * (size_t)s->n_params;
+    memcpy(params, s->p, bytes);
+    memcpy(adam_m, s->m, bytes);
+    memcpy(adam_v, s->v, bytes);
+    *step = s->step;
+    return EMG_OK;
+}
+
+static int check_batch(const emg_session *s, int batch, const uint8_t *tokens, const uint8_t *lengths) {
+    if (!tokens || !lengths || batch < 1 || batch > s->max_batch) return EMG_ERR_ARGUMENT;
+    for (int b = 0; b < batch; b++) {
+        if (lengths[b] < 2 || lengths[b] > S) return EMG_ERR_ARGUMENT;
+        for (int t = 0; t < S; t++)
+            if (tokens[(long)b * S + t] >= V) return EMG_ERR_ARGUMENT;
+    }
+    return EMG_OK;
+}
+
+EMG_EXPORT int emg_train_steps(emg_session *s, int n_steps, int batch, const uint8_t *tokens,
+                               const uint8_t *lengths, const float *lrs, float *losses) {
+    if (!s || n_steps <= 0 || !lrs || !losses) return EMG_ERR_ARGUMENT;
+    for (int i = 0; i < n_steps; i++) { /* reject bad input before any update */
+        const int rc = check_batch(s, batch, tokens + (long)i * batch * S, lengths + (long)i * batch);
+        if (rc != EMG_OK) return rc;
+    }
+    for (int i = 0; i < n_steps; i++) {
+        pack_batch(s, batch, tokens + (long)i * batch * S, lengths + (long)i * batch);
+        const float loss = (float)(forward(s, batch) / s->n_rows);
+        if (!isfinite(loss)) return EMG_ERR_NONFINITE; /* state stays as after the last finite step */
+        backward(s, batch);
+        adam(s, lrs[i]);
+        refresh_weight_operands(s);
+        losses[i] = loss;
+    }
+    return EMG_OK;
+}
+
+EMG_EXPORT int emg_loss_and_grad(emg_session *s, int batch, const uint8_t *tokens, const uint8_t *lengths,
+                                 float *loss, float *grads) {
+    if (!s || !loss) return EMG_ERR_ARGUMENT;
+    const int rc = check_batch(s, batch, tokens, lengths);
+    if (rc != EMG_OK) return rc;
+    pack_batch(s, batch, tokens, lengths);
+    *loss = (float)(forward(s, batch) / s->n_rows);
+    if (grads) {
+        backward(s, batch);
+        memcpy(grads, s->g, sizeof(float) * (size_t)s->n_params);
+    }
+    return EMG_OK;
+}
