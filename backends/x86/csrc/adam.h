@@ -1,0 +1,35 @@
+/* Fused Adam: one pass reads g, m, v, p and writes m, v, p (the optimiser's whole memory traffic once).
+ * The arithmetic order follows eemicrogpt_core.optim.adam_update in float32. */
+#ifndef EMG_X86_ADAM_H
+#define EMG_X86_ADAM_H
+
+#include <math.h>
+#include <stdint.h>
+
+#include "simd.h"
+#include "eemicrogpt.h"
+
+/* Returns 0 when every updated parameter is finite, else 1. n must be a multiple of VW. */
+static int adam_update(float *p, float *m, float *v, const float *g, long n, int64_t step, float lr) {
+    const float bc1 = (float)(1.0 - pow((double)EMG_ADAM_BETA1, (double)step));
+    const float bc2 = (float)(1.0 - pow((double)EMG_ADAM_BETA2, (double)step));
+    const vf b1 = v_set1(EMG_ADAM_BETA1), b2 = v_set1(EMG_ADAM_BETA2);
+    const vf c1 = v_set1((float)(1.0 - (double)EMG_ADAM_BETA1)), c2 = v_set1((float)(1.0 - (double)EMG_ADAM_BETA2));
+    const vf vbc1 = v_set1(bc1), vbc2 = v_set1(bc2), vlr = v_set1(lr), eps = v_set1(EMG_ADAM_EPS);
+    vf check = v_zero(); /* stays 0 unless some parameter is Inf/NaN (then x*0 is NaN) */
+    for (long i = 0; i < n; i += VW) {
+        vf gi = v_load(g + i);
+        vf mi = v_fma(c1, gi, v_mul(b1, v_load(m + i)));
+        vf vi = v_fma(c2, v_mul(gi, gi), v_mul(b2, v_load(v + i)));
+        vf step_ = v_div(v_mul(vlr, v_div(mi, vbc1)), v_add(v_sqrt(v_div(vi, vbc2)), eps));
+        vf pi = v_sub(v_load(p + i), step_);
+        v_store(m + i, mi);
+        v_store(v + i, vi);
+        v_store(p + i, pi);
+        check = v_add(check, v_mul(pi, v_zero()));
+    }
+    float c = v_hsum(check);
+    return c != c;
+}
+
+#endif /* EMG_X86_ADAM_H */

@@ -1,0 +1,44 @@
+/* The session object shared by the ABI layer (session.c) and the per-size step kernels (step.c). */
+#ifndef EMG_X86_SESSION_H
+#define EMG_X86_SESSION_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "eemicrogpt.h"
+
+struct emg_session;
+
+/* One compiled specialisation of the step for a (d_model, n_heads). */
+struct emg_kernel {
+    int d_model, n_heads;
+    /* Forward (and backward into grads when it is not NULL) on an already validated batch. */
+    void (*loss_and_grad)(struct emg_session *s, int batch, const uint8_t *tokens, const uint8_t *lengths,
+                          float *loss, float *grads);
+    /* Rebuild the transposed weight copies from params (after every parameter change). */
+    void (*sync_transposed)(struct emg_session *s);
+};
+
+/* The kernel for (d_model, n_heads), or NULL. */
+const struct emg_kernel *emg_x86_find_kernel(int d_model, int n_heads);
+
+struct emg_session {
+    const struct emg_kernel *k;
+    int d, h, max_batch, max_rows;
+    long n_params;
+    int64_t step;
+    float *params, *adam_m, *adam_v, *grads;
+    /* Transposed weight copies used by the forward GEMMs: [in][out]. WlmT is padded to 32 columns. */
+    float *wqkv_t, *wo_t, *wf1_t, *wf2_t, *wlm_t;
+    /* Activations over packed live rows (max_rows, a multiple of ROW_PAD). */
+    float *x0, *n1, *qkv, *o, *x1, *n2, *hid, *x2, *logits, *r0, *r1, *r2, *att;
+    /* Backward buffers. */
+    float *dx2, *dhid, *dn2, *dx1, *dout, *dqkv, *dn1;
+    /* Row bookkeeping: input token, target token and position per packed row; first row per sequence. */
+    int *row_tok, *row_tgt, *row_pos, *seq_start;
+    void *arena; /* one allocation holding all float buffers */
+};
+
+#define LOGIT_LD 32 /* logits rows padded from VOCAB (27) to 32 floats */
+
+#endif /* EMG_X86_SESSION_H */

@@ -1,0 +1,103 @@
+/* The vector layer: one set of names over AVX-512 (16 floats) or AVX2+FMA (8 floats).
+ * The same kernel sources are compiled once per ISA; only this file knows which one it is. */
+#ifndef EMG_X86_SIMD_H
+#define EMG_X86_SIMD_H
+
+#include <immintrin.h>
+
+#define AI static inline __attribute__((always_inline))
+
+#if defined(__AVX512F__) && defined(__AVX512DQ__)
+#define VW 16
+#define ACC_BUDGET 24 /* 32 zmm registers: accumulators + operands */
+typedef __m512 vf;
+typedef __mmask16 vmask;
+AI vf v_load(const float *p) { return _mm512_loadu_ps(p); }
+AI void v_store(float *p, vf x) { _mm512_storeu_ps(p, x); }
+AI vf v_set1(float x) { return _mm512_set1_ps(x); }
+AI vf v_zero(void) { return _mm512_setzero_ps(); }
+AI vf v_fma(vf a, vf b, vf c) { return _mm512_fmadd_ps(a, b, c); }
+AI vf v_fnma(vf a, vf b, vf c) { return _mm512_fnmadd_ps(a, b, c); }
+AI vf v_add(vf a, vf b) { return _mm512_add_ps(a, b); }
+AI vf v_sub(vf a, vf b) { return _mm512_sub_ps(a, b); }
+AI vf v_mul(vf a, vf b) { return _mm512_mul_ps(a, b); }
+AI vf v_div(vf a, vf b) { return _mm512_div_ps(a, b); }
+AI vf v_max(vf a, vf b) { return _mm512_max_ps(a, b); }
+AI vf v_min(vf a, vf b) { return _mm512_min_ps(a, b); }
+AI vf v_sqrt(vf a) { return _mm512_sqrt_ps(a); }
+AI vf v_round(vf a) { return _mm512_roundscale_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+AI float v_hsum(vf a) { return _mm512_reduce_add_ps(a); }
+AI float v_hmax(vf a) { return _mm512_reduce_max_ps(a); }
+/* 2^n for integral n in [-126, 127], built in the exponent field. */
+AI vf v_pow2i(vf n) {
+    __m512i e = _mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(e, 23));
+}
+/* a where keep > 0, else 0 (ReLU backward mask). */
+AI vf v_keep_pos(vf a, vf keep) {
+    return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(keep, _mm512_setzero_ps(), _CMP_GT_OQ), a);
+}
+/* a where lane index < n, else 0. */
+AI vf v_first_n(vf a, int n) {
+    __mmask16 m = (__mmask16)(n >= 16 ? 0xFFFFu : ((1u << (n < 0 ? 0 : n)) - 1u));
+    return _mm512_maskz_mov_ps(m, a);
+}
+/* a where lane index < n, else fill. */
+AI vf v_first_n_or(vf a, int n, float fill) {
+    __mmask16 m = (__mmask16)(n >= 16 ? 0xFFFFu : ((1u << (n < 0 ? 0 : n)) - 1u));
+    return _mm512_mask_mov_ps(_mm512_set1_ps(fill), m, a);
+}
+
+#elif defined(__AVX2__) && defined(__FMA__)
+#define VW 8
+#define ACC_BUDGET 12 /* 16 ymm registers */
+typedef __m256 vf;
+AI vf v_load(const float *p) { return _mm256_loadu_ps(p); }
+AI void v_store(float *p, vf x) { _mm256_storeu_ps(p, x); }
+AI vf v_set1(float x) { return _mm256_set1_ps(x); }
+AI vf v_zero(void) { return _mm256_setzero_ps(); }
+AI vf v_fma(vf a, vf b, vf c) { return _mm256_fmadd_ps(a, b, c); }
+AI vf v_fnma(vf a, vf b, vf c) { return _mm256_fnmadd_ps(a, b, c); }
+AI vf v_add(vf a, vf b) { return _mm256_add_ps(a, b); }
+AI vf v_sub(vf a, vf b) { return _mm256_sub_ps(a, b); }
+AI vf v_mul(vf a, vf b) { return _mm256_mul_ps(a, b); }
+AI vf v_div(vf a, vf b) { return _mm256_div_ps(a, b); }
+AI vf v_max(vf a, vf b) { return _mm256_max_ps(a, b); }
+AI vf v_min(vf a, vf b) { return _mm256_min_ps(a, b); }
+AI vf v_sqrt(vf a) { return _mm256_sqrt_ps(a); }
+AI vf v_round(vf a) { return _mm256_round_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+AI float v_hsum(vf a) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+AI float v_hmax(vf a) {
+    __m128 s = _mm_max_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_max_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+AI vf v_pow2i(vf n) {
+    __m256i e = _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(e, 23));
+}
+AI vf v_keep_pos(vf a, vf keep) {
+    return _mm256_and_ps(a, _mm256_cmp_ps(keep, _mm256_setzero_ps(), _CMP_GT_OQ));
+}
+AI vf v_first_n(vf a, int n) {
+    __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    __m256i keep = _mm256_cmpgt_epi32(_mm256_set1_epi32(n), lanes);
+    return _mm256_and_ps(a, _mm256_castsi256_ps(keep));
+}
+AI vf v_first_n_or(vf a, int n, float fill) {
+    __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    __m256i keep = _mm256_cmpgt_epi32(_mm256_set1_epi32(n), lanes);
+    return _mm256_blendv_ps(_mm256_set1_ps(fill), a, _mm256_castsi256_ps(keep));
+}
+
+#else
+#error "eemicrogpt x86 kernels need AVX-512F/DQ or AVX2+FMA (compile with the variant's -m flags)"
+#endif
+
+#endif /* EMG_X86_SIMD_H */

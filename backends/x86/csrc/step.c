@@ -1,0 +1,68 @@
+/* The training step, compiled once per supported (d_model, n_heads) from step_impl.h. */
+#include <math.h>
+#include <stddef.h>
+#include <string.h>
+
+#include "attention.h"
+#include "expf.h"
+#include "gemm.h"
+#include "norm.h"
+#include "session.h"
+
+#define D_MODEL 16
+#define N_HEADS 4
+#define SFX _d16h4
+#include "step_impl.h"
+#undef D_MODEL
+#undef N_HEADS
+#undef SFX
+
+#define D_MODEL 32
+#define N_HEADS 4
+#define SFX _d32h4
+#include "step_impl.h"
+#undef N_HEADS
+#undef SFX
+#define N_HEADS 8
+#define SFX _d32h8
+#include "step_impl.h"
+#undef D_MODEL
+#undef N_HEADS
+#undef SFX
+
+#define D_MODEL 64
+#define N_HEADS 4
+#define SFX _d64h4
+#include "step_impl.h"
+#undef N_HEADS
+#undef SFX
+#define N_HEADS 8
+#define SFX _d64h8
+#include "step_impl.h"
+#undef D_MODEL
+#undef N_HEADS
+#undef SFX
+
+#define D_MODEL 128
+#define N_HEADS 4
+#define SFX _d128h4
+#include "step_impl.h"
+#undef N_HEADS
+#undef SFX
+#define N_HEADS 8
+#define SFX _d128h8
+#include "step_impl.h"
+#undef D_MODEL
+#undef N_HEADS
+#undef SFX
+
+static const struct emg_kernel *const kernels[] = {
+    &kernel_d16h4, &kernel_d32h4, &kernel_d32h8, &kernel_d64h4,
+    &kernel_d64h8, &kernel_d128h4, &kernel_d128h8,
+};
+
+const struct emg_kernel *emg_x86_find_kernel(int d_model, int n_heads) {
+    for (size_t i = 0; i < sizeof kernels / sizeof kernels[0]; i++)
+        if (kernels[i]->d_model == d_model && kernels[i]->n_heads == n_heads) return kernels[i];
+    return NULL;
+}

@@ -1,0 +1,69 @@
+"""The eemicrogpt plugin: declares `avx512` and `avx2`, and measures the FP32 FMA peak for benchmarks."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from eemicrogpt_core.backend import BackendSession, BackendSpec, ProbeResult
+from eemicrogpt_core.hookspec import hookimpl
+from eemicrogpt_core.model import ModelShape
+from eemicrogpt_core.native import native_session_factory
+
+from .libs import extras, library_path
+from .probe import VARIANTS, probe
+
+D_MODELS = (16, 32, 64, 128)
+N_HEADS = (4, 8)  # 8 heads need head_dim >= 4, i.e. d_model >= 32 (ModelShape enforces it)
+MAX_BATCH = 256
+
+_DESCRIPTIONS = {
+    "avx512": "native C, AVX-512 (16-float zmm register tiles)",
+    "avx2": "native C, AVX2 + FMA (8-float ymm register tiles)",
+}
+
+
+def _factory(name: str):
+    """Looks the library up only when a session is opened (hooks must do no work)."""
+
+    def factory(shape: ModelShape, max_batch: int, dtype: str) -> BackendSession:
+        path = library_path(name)
+        if path is None:
+            raise RuntimeError(f"{name}: the native library _emg_{name} was not built")
+        return native_session_factory(path)(shape, max_batch, dtype)
+
+    return factory
+
+
+def _probe(name: str):
+    def run() -> ProbeResult:
+        return probe(name)
+
+    return run
+
+
+@hookimpl
+def eemicrogpt_backends() -> Iterator[BackendSpec]:
+    for name in VARIANTS:
+        yield BackendSpec(
+            name=name,
+            description=_DESCRIPTIONS[name],
+            probe=_probe(name),
+            factory=_factory(name),
+            d_models=D_MODELS,
+            n_heads=N_HEADS,
+            dtypes=("float32",),
+            max_batch=MAX_BATCH,
+            extra={"distribution": "eemicrogpt-backend-x86", "isa": name},
+        )
+
+
+@hookimpl
+def eemicrogpt_fp32_peak_gflops(seconds: float) -> float | None:
+    """Single-thread FP32 FMA peak from the widest variant this CPU runs (None when none does)."""
+    if seconds <= 0:
+        raise ValueError(f"seconds must be positive, got {seconds}")
+    for name in VARIANTS:  # widest first
+        if probe(name).available:
+            _, lib = extras(name)
+            return float(lib.emg_x86_peak_gflops(float(seconds)))
+    return None

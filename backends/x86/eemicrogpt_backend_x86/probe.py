@@ -1,0 +1,86 @@
+"""Can this machine run a variant? CPUID/XGETBV results come from a library built without target flags."""
+
+from __future__ import annotations
+
+import os
+import platform
+from dataclasses import dataclass
+
+from eemicrogpt_core.backend import ProbeResult
+
+from .libs import extras, library_path
+
+DISABLE_ENV = "EEMICROGPT_X86_DISABLE"
+
+# Bit order of emg_x86_cpu_features() in csrc/probe.c.
+FEATURE_BITS = {
+    "AVX": 1 << 0,
+    "FMA": 1 << 1,
+    "AVX2": 1 << 2,
+    "AVX512F": 1 << 3,
+    "AVX512VL": 1 << 4,
+    "AVX512BW": 1 << 5,
+    "AVX512DQ": 1 << 6,
+}
+OS_YMM, OS_ZMM = 1 << 7, 1 << 8
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    features: tuple[str, ...]  # CPUID features the compiled code may use
+    os_state: int  # XCR0 state the OS must save
+    os_state_name: str
+    score: int
+
+
+VARIANTS = {
+    "avx512": Variant("avx512", ("AVX", "AVX2", "FMA", "AVX512F", "AVX512VL", "AVX512BW", "AVX512DQ"), OS_ZMM,
+                      "zmm", 100),
+    "avx2": Variant("avx2", ("AVX", "AVX2", "FMA"), OS_YMM, "ymm", 50),
+}
+# A variant name in EEMICROGPT_X86_DISABLE masks the features that set it apart.
+_NAME_MASKS = {"avx512": ("AVX512F", "AVX512VL", "AVX512BW", "AVX512DQ"), "avx2": ("AVX2",)}
+
+
+def disabled_features(env: str | None = None) -> set[str]:
+    """Features masked by EEMICROGPT_X86_DISABLE (comma/space separated feature or variant names)."""
+    raw = os.environ.get(DISABLE_ENV, "") if env is None else env
+    out: set[str] = set()
+    for word in raw.replace(",", " ").split():
+        key = word.strip()
+        if key.lower() in _NAME_MASKS:
+            out.update(_NAME_MASKS[key.lower()])
+        elif key.upper() in FEATURE_BITS:
+            out.add(key.upper())
+        else:
+            known = ", ".join([*_NAME_MASKS, *FEATURE_BITS])
+            raise ValueError(f"{DISABLE_ENV}: unknown feature {word!r}; known: {known}")
+    return out
+
+
+def cpu_features() -> int:
+    """The raw CPUID/XGETBV bit set (0 off x86)."""
+    ffi, lib = extras("probe")
+    del ffi
+    return int(lib.emg_x86_cpu_features())
+
+
+def probe(name: str) -> ProbeResult:
+    variant = VARIANTS[name]
+    machine = platform.machine().lower()
+    if machine not in ("x86_64", "amd64"):
+        return ProbeResult.no(f"{name}: requires an x86_64 CPU; this machine is {platform.machine() or 'unknown'}")
+    if library_path("probe") is None or library_path(name) is None:
+        return ProbeResult.no(
+            f"{name}: the native library was not built (reinstall eemicrogpt-backend-x86 with a C compiler)"
+        )
+    bits = cpu_features()
+    masked = disabled_features()
+    missing = [f for f in variant.features if not bits & FEATURE_BITS[f] or f in masked]
+    if missing:
+        why = " (masked by " + DISABLE_ENV + ")" if any(f in masked for f in missing) else ""
+        return ProbeResult.no(f"{name}: CPU lacks {', '.join(missing)}{why}")
+    if not bits & variant.os_state:
+        return ProbeResult.no(f"{name}: the OS does not enable {variant.os_state_name} register state (XCR0)")
+    return ProbeResult.ok(variant.score, f"{name}: {'/'.join(variant.features)} detected")

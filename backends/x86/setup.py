@@ -1,0 +1,62 @@
+"""Builds the x86 backend's plain C shared libraries (loaded with cffi, never imported).
+
+Three libraries, x86_64 only: the same kernel sources twice (AVX-512 and AVX2+FMA target flags) and a
+feature probe compiled without target flags. Elsewhere nothing is built and the probe explains why.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+from pathlib import Path
+
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+HERE = Path(__file__).resolve().parent
+INCLUDE = os.environ.get("EEMICROGPT_INCLUDE", str(HERE.parent.parent / "eemicrogpt_core" / "include"))
+KERNEL_SOURCES = ["csrc/step.c", "csrc/session.c", "csrc/peak.c"]
+COMMON = ["-O3", "-std=gnu11", "-fno-math-errno", "-fvisibility=hidden", "-Wall", "-Wextra"]
+VARIANTS = {
+    "avx512": ["-mavx512f", "-mavx512vl", "-mavx512bw", "-mavx512dq", "-mfma"],
+    "avx2": ["-mavx2", "-mfma"],
+}
+
+
+class BuildPerExtensionTemp(build_ext):
+    """Give each Extension its own object directory: both variants compile the same .c files."""
+
+    def build_extension(self, ext: Extension) -> None:
+        base = self.build_temp
+        self.build_temp = os.path.join(base, ext.name.rsplit(".", 1)[-1])
+        try:
+            super().build_extension(ext)
+        finally:
+            self.build_temp = base
+
+
+def extensions() -> list[Extension]:
+    if platform.machine().lower() not in ("x86_64", "amd64") or os.name != "posix":
+        return []
+    exts = [
+        Extension(
+            f"eemicrogpt_backend_x86._emg_{name}",
+            sources=KERNEL_SOURCES,
+            include_dirs=[INCLUDE, "csrc"],
+            depends=[str(p.relative_to(HERE)) for p in (HERE / "csrc").glob("*.h")],
+            extra_compile_args=COMMON + flags,
+            libraries=["m"],
+        )
+        for name, flags in VARIANTS.items()
+    ]
+    exts.append(
+        Extension(
+            "eemicrogpt_backend_x86._emg_probe",
+            sources=["csrc/probe.c"],
+            extra_compile_args=["-O2", "-fvisibility=hidden", "-Wall"],  # no -m flags: must never fault
+        )
+    )
+    return exts
+
+
+setup(ext_modules=extensions(), cmdclass={"build_ext": BuildPerExtensionTemp})
