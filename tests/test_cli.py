@@ -1,0 +1,182 @@
+"""The CLI end to end (typer's CliRunner) on the real names file with numpy_ref, and every bad input."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from eemicrogpt_core import cli
+from eemicrogpt_core.backend import BackendSpec, ProbeResult
+from eemicrogpt_core.checkpoint import load_checkpoint
+from eemicrogpt_core.hookspec import hookimpl
+from eemicrogpt_core.registry import load_registry
+from eemicrogpt_core.rundir import RunDir
+from eemicrogpt_core.trainer import NullReporter, train
+
+UNIFORM_LOSS = 3.296
+RUNNER = CliRunner()
+
+
+def run(*args: str, env: dict[str, str] | None = None):
+    base = {"EEMICROGPT_BACKEND": None, "EEMICROGPT_DATA": None}
+    return RUNNER.invoke(cli.app, list(args), env={**base, **(env or {})})
+
+
+def assert_one_line_error(result, *fragments: str) -> None:
+    assert result.exit_code != 0, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("eemicrogpt: error: ")
+    assert "Traceback" not in result.output
+    for fragment in fragments:
+        assert fragment in lines[0]
+
+
+@pytest.fixture(scope="module")
+def trained(names_file: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any]:
+    out = tmp_path_factory.mktemp("cli") / "run"
+    result = run("train", "--backend", "numpy_ref", "--data", str(names_file), "--d-model", "16", "--steps", "300",
+                 "--lr", "0.01", "--log-every", "100", "--out", str(out))
+    assert result.exit_code == 0, result.output
+    return out, result
+
+
+def test_train_end_to_end(trained: tuple[Path, Any]) -> None:
+    out, result = trained
+    text = result.stdout
+    assert "backend numpy_ref" in text and "step 300/300" in text and "us/step" in text
+    samples = next(line for line in text.splitlines() if line.startswith("samples: "))
+    assert len(samples.removeprefix("samples: ").split(", ")) == 10
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [100, 200, 300]
+    assert records[-1]["train_loss"] < UNIFORM_LOSS - 0.7 and records[-1]["val_loss"] < UNIFORM_LOSS - 0.7
+    assert {p.name for p in out.iterdir()} >= {"config.yaml", "metrics.jsonl", "checkpoint.npz"}
+    assert "backend: numpy_ref" in (out / "config.yaml").read_text()
+
+
+def test_sample_command(trained: tuple[Path, Any]) -> None:
+    out, _ = trained
+    result = run("sample", str(out), "-n", "7", "--temperature", "0.8", "--seed", "1")
+    assert result.exit_code == 0, result.output
+    names = result.stdout.split()
+    assert len(names) == 7 and all(n.isalpha() and n.islower() for n in names)
+    assert run("sample", str(out), "-n", "7", "--temperature", "0.8", "--seed", "1").stdout == result.stdout
+
+
+def test_resume_of_finished_run_and_refusal_to_overwrite(trained: tuple[Path, Any], names_file: Path) -> None:
+    out, _ = trained
+    result = run("train", "--resume", str(out))
+    assert result.exit_code == 0 and "already finished" in result.stdout
+    assert_one_line_error(run("train", "--data", str(names_file), "--out", str(out)), "already holds a run")
+    assert_one_line_error(run("train", "--resume", str(out), "--lr", "0.1"), "--resume continues", "--lr")
+
+
+def test_resume_via_cli_continues_exactly(names_file: Path, tmp_path: Path) -> None:
+    full = tmp_path / "full"
+    args = ("--backend", "numpy_ref", "--data", str(names_file), "--d-model", "16", "--log-every", "20")
+    assert run("train", *args, "--steps", "40", "--out", str(full)).exit_code == 0
+    # The same run, stopped at step 20 (as Ctrl-C would), then continued from the command line.
+    cfg = dataclasses.replace(load_checkpoint(full / "checkpoint.npz").config, out=str(tmp_path / "half"))
+    stopped = train(cfg, load_registry(), run_dir=RunDir.create(cfg.out, cfg), reporter=_Stop20())
+    assert stopped.interrupted and stopped.steps_run == 20
+    result = run("train", "--resume", cfg.out)
+    assert result.exit_code == 0, result.output
+    assert "resuming at step 20 of 40" in result.stdout
+    resumed = load_checkpoint(Path(cfg.out) / "checkpoint.npz").state
+    assert resumed.step == 40
+    assert np.array_equal(resumed.params, load_checkpoint(full / "checkpoint.npz").state.params)
+
+
+class _Stop20(NullReporter):
+    def progress(self, step: int, total: int, train_loss: float) -> None:
+        if step >= 20:
+            raise KeyboardInterrupt
+
+
+def test_backends_json_and_table() -> None:
+    result = run("backends", "--json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    numpy_ref = next(b for b in report["backends"] if b["name"] == "numpy_ref")
+    assert numpy_ref["available"] and numpy_ref["distribution"] == "eemicrogpt-backend-numpy"
+    assert report["auto"] is not None and set(report["auto_by_d_model"]) == {"16", "32", "64", "128"}
+    table = run("backends")
+    assert table.exit_code == 0 and "numpy_ref" in table.stdout and "auto picks:" in table.stdout
+
+
+class _Unavailable:
+    @hookimpl
+    def eemicrogpt_backends(self) -> list[BackendSpec]:
+        return [BackendSpec("fake_sme2", "never here", lambda: ProbeResult.no("requires aarch64 with FEAT_SME2"),
+                            lambda shape, batch, dtype: None)]
+
+
+def test_unavailable_backend_is_one_line(monkeypatch: pytest.MonkeyPatch, names_file: Path, tmp_path: Path) -> None:
+    monkeypatch.setattr(cli, "load_registry", lambda: load_registry(extra_plugins=[_Unavailable()]))
+    result = run("train", "--backend", "fake_sme2", "--data", str(names_file), "--out", str(tmp_path / "r"))
+    assert_one_line_error(result, "fake_sme2", "unavailable", "requires aarch64 with FEAT_SME2", "numpy_ref")
+    assert not (tmp_path / "r").exists()  # nothing created for a run that cannot start
+    listed = json.loads(run("backends", "--json").stdout)
+    fake = next(b for b in listed["backends"] if b["name"] == "fake_sme2")
+    assert not fake["available"] and fake["reason"] == "requires aarch64 with FEAT_SME2"
+
+
+def test_env_backend_is_used_and_flag_wins(names_file: Path, tmp_path: Path) -> None:
+    result = run("train", "--data", str(names_file), "--out", str(tmp_path / "r"), env={"EEMICROGPT_BACKEND": "nope"})
+    assert_one_line_error(result, "unknown backend 'nope'")
+    ok = run("train", "--backend", "numpy_ref", "--data", str(names_file), "--d-model", "16", "--steps", "5",
+             "--out", str(tmp_path / "r2"), env={"EEMICROGPT_BACKEND": "nope"})
+    assert ok.exit_code == 0, ok.output
+
+
+@pytest.mark.parametrize(
+    ("files", "args", "fragments"),
+    [
+        ({}, ["--data", "{tmp}/absent.txt"], ["names file not found"]),
+        ({"bad.txt": "anna\nb0b\n"}, ["--data", "{tmp}/bad.txt"], ["bad.txt:2", "'0'"]),
+        ({"c.yaml": "d_model: [16\n"}, ["--config", "{tmp}/c.yaml"], ["c.yaml:", "malformed YAML"]),
+        ({"c.yaml": "d_modle: 16\n"}, ["--config", "{tmp}/c.yaml"], ["unknown key 'd_modle'", "c.yaml"]),
+        ({}, ["--config", "{tmp}/absent.yaml"], ["config file not found"]),
+        ({}, ["--d-model", "30", "--n-heads", "4"], ["n_heads must divide d_model 30"]),
+        ({}, ["--batch", "0"], ["batch must be >= 1"]),
+        ({}, ["--lr", "-1"], ["lr must be"]),
+        ({}, ["--backend", "avx9000"], ["unknown backend 'avx9000'", "numpy_ref"]),
+        ({}, ["--steps", "many"], ["--steps", "--help"]),
+        ({}, ["--no-such-flag"], ["No such option"]),
+    ],
+)
+def test_bad_input_gives_one_line(
+    files: dict[str, str], args: list[str], fragments: list[str], names_file: Path, tmp_path: Path
+) -> None:
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    args = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    if "--data" not in args:
+        args += ["--data", str(names_file)]
+    result = run("train", "--out", str(tmp_path / "run"), *args)
+    assert_one_line_error(result, *fragments)
+
+
+def test_sample_bad_inputs(trained: tuple[Path, Any], tmp_path: Path) -> None:
+    out, _ = trained
+    assert_one_line_error(run("sample", str(tmp_path)), "no checkpoint.npz")
+    assert_one_line_error(run("train", "--resume", str(tmp_path / "nowhere")), "run directory not found")
+    assert_one_line_error(run("sample", str(out), "--temperature", "0"), "temperature must be > 0")
+
+
+def test_console_script_error_has_no_traceback(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-c", "from eemicrogpt_core.cli import app; app()", "train", "--config",
+         str(tmp_path / "absent.yaml")],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [f"eemicrogpt: error: config file not found: {tmp_path}/absent.yaml"]
