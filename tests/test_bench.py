@@ -1,0 +1,83 @@
+"""The benchmark: the analytic FLOP count, one timed cell, and `eemicrogpt bench --json` (quick settings)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from eemicrogpt_core import bench, cli
+from eemicrogpt_core.data import encode, read_names
+from eemicrogpt_core.model import ModelShape
+from eemicrogpt_core.registry import load_registry
+
+
+def test_flops_by_hand_for_a_tiny_model() -> None:
+    shape = ModelShape(4, 1)  # n_params = 2*27*4 + 16*4 + 12*16 = 472
+    # one sequence of length 2: one live position attending to one key
+    forward = 1 * (24 * 16 + 54 * 4) + 4 * 4 * 1
+    assert bench.step_flops(shape, np.array([[2]], np.uint8))[0] == 3 * forward + 12 * 472
+
+
+def test_flops_match_the_seeds_figures() -> None:
+    lengths = np.array([[7] * 8 + [8] * 8], np.uint8)  # 104 live positions, as the seed's table assumes
+    assert bench.step_flops(ModelShape(16, 4), lengths)[0] == pytest.approx(2.3e6, rel=0.03)
+    assert bench.step_flops(ModelShape(128, 8), lengths)[0] == pytest.approx(127e6, rel=0.03)
+
+
+def test_flops_scale_with_the_batch_and_steps_are_separate() -> None:
+    shape = ModelShape(32, 4)
+    adam = 12 * shape.n_params
+    one = bench.step_flops(shape, np.array([[5, 9]], np.uint8))[0]
+    two = bench.step_flops(shape, np.array([[5, 9, 5, 9]], np.uint8))[0]
+    assert two - adam == 2 * (one - adam)
+    per_step = bench.step_flops(shape, np.array([[5, 9], [2, 2]], np.uint8))
+    assert per_step.shape == (2,) and per_step[0] == one and per_step[1] < one
+
+
+def test_time_steps_on_numpy_ref(names_file: Path) -> None:
+    entry = load_registry().get("numpy_ref")
+    assert entry is not None and entry.available, "numpy_ref must be installed"
+    data, _ = encode(read_names(names_file).names)
+    row = bench.time_steps(entry, ModelShape(16, 4), 16, data, repeats=3, target_s=0.05, peak=100.0)
+    assert row.us_per_step > 0 and row.us_per_sample == pytest.approx(row.us_per_step / 16)
+    assert row.steps_per_s == pytest.approx(1e6 / row.us_per_step)
+    assert 50 < row.live_positions < 200  # ~7 live positions per name, 16 names
+    flops = bench.step_flops(ModelShape(16, 4), np.full((1, 16), 1 + row.live_positions / 16))[0]
+    assert row.gflops == pytest.approx(flops / (row.us_per_step * 1e3), rel=0.1)
+    assert row.pct_peak == pytest.approx(row.gflops)  # peak 100 GFLOP/s
+    assert row.steps_timed >= 3
+
+
+def test_bench_cli_json(names_file: Path) -> None:
+    result = CliRunner().invoke(cli.app, [
+        "bench", "--backend", "numpy_ref", "--d-model", "16", "--seconds", "0.03", "--repeats", "2",
+        "--batch-scaling", "--loss-at", "0.2", "--peak-gflops", "115", "--data", str(names_file), "--json",
+    ])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert [(r["backend"], r["d_model"], r["batch"]) for r in report["speed"]] == [("numpy_ref", 16, 16)]
+    assert [r["batch"] for r in report["batch_scaling"]] == [1, 16, 64, 256]
+    (loss,) = report["loss_at"]
+    assert loss["steps"] > 10 and loss["seconds"] == 0.2 and loss["train_loss"] < 3.296
+    assert report["peak_gflops"] == 115 or report["peak_source"] == "measured by a plugin"
+    assert report["speed"][0]["pct_peak"] is not None
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["--d-model", "30"], "--d-model 30"),
+        (["--backend", "nope"], "unknown backend 'nope'"),
+        (["--repeats", "0"], "--repeats must be >= 1"),
+        (["--loss-at", "-1"], "--loss-at must be a positive"),
+    ],
+)
+def test_bench_bad_input(args: list[str], fragment: str, names_file: Path) -> None:
+    result = CliRunner().invoke(cli.app, ["bench", *args, "--data", str(names_file)])
+    assert result.exit_code == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and fragment in lines[0]
