@@ -128,14 +128,15 @@ class Tolerances:
     grad_rel_max: float  # per tensor max |error| / max |reference|
     adam_param: float  # max |params - reference| / lr after one Adam step
     adam_moment: float  # per moment buffer max |error| / max |reference| after one Adam step
-    trajectory: float  # max |loss difference| per step over the trajectory
+    trajectory: float  # max |loss difference| per step over the whole trajectory
+    trajectory_early: float  # max |loss difference| over its first `trajectory_early_steps` steps
 
 
 # Starting points per compute precision; a backend sets its own with class attributes.
 DEFAULT_TOLERANCES: dict[str, Tolerances] = {
-    "fp64": Tolerances(1e-12, 1e-10, 1e-9, 1e-9, 1e-10, 1e-9),
-    "fp32": Tolerances(1e-5, 1e-5, 1e-4, 1e-3, 1e-4, 2e-3),
-    "fp16": Tolerances(3e-3, 3e-2, 1e-1, 2e-1, 5e-2, 5e-2),
+    "fp64": Tolerances(1e-12, 1e-10, 1e-9, 1e-9, 1e-10, 1e-9, 1e-9),
+    "fp32": Tolerances(1e-5, 1e-5, 1e-4, 1e-3, 1e-4, 5e-3, 1e-4),
+    "fp16": Tolerances(3e-3, 3e-2, 1e-1, 2e-1, 5e-2, 1e-1, 2e-2),
 }
 
 
@@ -249,9 +250,12 @@ class BackendConformance:
     seed: ClassVar[int] = 1234
     param_scale: ClassVar[float] = 1.5  # scales init params for the gradient checks: peakier softmaxes
     trajectory_steps: ClassVar[int] = 200
-    # The seed's learning rates per size: larger ones make d128 chaotic, where any rounding difference
-    # grows without bound (numpy_ref float32 vs float64 drift 2.5e-2 apart by step 150 at lr 0.003).
-    trajectory_lrs: ClassVar[dict[int, float]] = {16: 0.01, 32: 0.01, 64: 0.003, 128: 0.002}
+    # Training is chaotic, more so at larger d_model and lr: one ReLU input within rounding distance of 0
+    # sends two correct fp32 implementations apart, and Adam amplifies it (numpy_ref float32 vs float64 at
+    # d128 drift 2e-2 apart within 150 steps at lr 0.003, 1e-3 at lr 0.001; d16-d64 stay within 1e-6).
+    # Hence modest learning rates, a tight bound on the first steps and a looser one on the whole run.
+    trajectory_lrs: ClassVar[dict[int, float]] = {16: 0.01, 32: 0.01, 64: 0.003, 128: 0.001}
+    trajectory_early_steps: ClassVar[int] = 10
     trajectory_reference_dtype: ClassVar[str] = "float32"
     adam_lr: ClassVar[float] = 0.01
     names_file: ClassVar[str | None] = None
@@ -264,6 +268,7 @@ class BackendConformance:
     adam_param_tol: ClassVar[float | None] = None
     adam_moment_tol: ClassVar[float | None] = None
     trajectory_tol: ClassVar[float | None] = None
+    trajectory_early_tol: ClassVar[float | None] = None
     skip: ClassVar[dict[str, list[str]]] = {}  # {reason: [test names]}
 
     def heads_for(self, d_model: int) -> int:
@@ -393,6 +398,9 @@ class BackendConformance:
             f"d{d_model}: {n} steps, largest loss difference {diff[worst]:.2e} at step {worst + 1} "
             f"({got[worst]:.6f} vs {want[worst]:.6f}); final loss {got[-1]:.4f}"
         )
+        early = float(diff[: self.trajectory_early_steps].max())
+        print(f"d{d_model}: largest difference over the first {self.trajectory_early_steps} steps {early:.2e}")
+        assert early <= self.tol("trajectory_early")
         assert diff[worst] <= self.tol("trajectory")
 
     def test_state_round_trip(self, d_model: int) -> None:
