@@ -252,8 +252,10 @@ def train_step(model: StepModel, adam: Adam, batch: Batch, m: np.ndarray, v: np.
 
     `step` is the 1-based index of this update. On a non-finite loss nothing is updated.
     """
-    loss = model.loss_and_grads(batch)
+    with np.errstate(invalid="ignore", over="ignore"):  # reported below as one clear error instead
+        loss, cache = model.forward(batch)
     if not np.isfinite(loss):
         raise FloatingPointError(f"non-finite loss ({loss}) at update {step}; parameters left unchanged")
+    model.backward(batch, cache)
     adam.update(model.params, model.grads, m, v, step, lr)
     return loss
