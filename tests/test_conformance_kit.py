@@ -1,0 +1,158 @@
+"""The conformance kit catches broken backends: deliberately wrong variants of numpy_ref must fail it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+from eemicrogpt_backend_numpy.session import NumpySession
+
+from eemicrogpt_core.backend import BackendSpec, ProbeResult, TrainState
+from eemicrogpt_core.hookspec import hookimpl
+from eemicrogpt_core.model import ModelShape
+from eemicrogpt_core.testing import REQUIRE_ENV, BackendConformance, relative_errors
+
+
+class GradientOff(NumpySession):
+    """Gradients 0.1% too large (e.g. a wrong scale somewhere in the backward pass)."""
+
+    def loss_and_grads(self, tokens, lengths, want_grads=True):
+        loss, grads = super().loss_and_grads(tokens, lengths, want_grads)
+        return loss, None if grads is None else grads * np.float32(1.001)
+
+
+class OffByOne(NumpySession):
+    """Drops each sequence's last live position (the one predicting the closing boundary)."""
+
+    def loss_and_grads(self, tokens, lengths, want_grads=True):
+        return super().loss_and_grads(tokens, np.maximum(lengths - 1, 2).astype(np.uint8), want_grads)
+
+
+class LrOff(NumpySession):
+    """Applies a learning rate 1% too large."""
+
+    def train_steps(self, tokens, lengths, lrs):
+        return super().train_steps(tokens, lengths, lrs * np.float32(1.01))
+
+
+class Noisy(NumpySession):
+    """Not deterministic: losses carry run-to-run noise."""
+
+    def train_steps(self, tokens, lengths, lrs):
+        losses = super().train_steps(tokens, lengths, lrs)
+        return losses + np.random.default_rng().uniform(0, 1e-6, losses.shape).astype(np.float32)
+
+
+class Leaky(NumpySession):
+    """loss_and_grads counts as an update."""
+
+    def loss_and_grads(self, tokens, lengths, want_grads=True):
+        self._step += 1
+        return super().loss_and_grads(tokens, lengths, want_grads)
+
+
+class Aliased(NumpySession):
+    """get_state hands out its live buffers instead of copies."""
+
+    def get_state(self) -> TrainState:
+        return TrainState(self._params, self._m, self._v, self._step)
+
+
+MUTANTS = {cls.__name__.lower(): cls for cls in (GradientOff, OffByOne, LrOff, Noisy, Leaky, Aliased)}
+
+
+class MutantPlugin:
+    @staticmethod
+    @hookimpl
+    def eemicrogpt_backends() -> Iterator[BackendSpec]:
+        for name, cls in MUTANTS.items():
+            yield BackendSpec(name, f"numpy_ref broken on purpose ({name})", lambda: ProbeResult.ok(0), cls)
+        yield BackendSpec("unicorn", "never available", lambda: ProbeResult.no("needs a unicorn CPU"), NumpySession)
+
+
+def kit(name: str, **attributes: object) -> BackendConformance:
+    cls = type("Kit", (BackendConformance,), {
+        "backend_name": name, "extra_plugins": (MutantPlugin,), "trajectory_steps": 30, **attributes,
+    })
+    return cls()
+
+
+@pytest.mark.parametrize(
+    "mutant,check",
+    [
+        ("gradientoff", "test_gradients_match_reference"),
+        ("offbyone", "test_loss_matches_reference"),
+        ("offbyone", "test_gradients_match_reference"),
+        ("lroff", "test_one_adam_step_matches_reference"),
+        ("noisy", "test_determinism"),
+        ("leaky", "test_loss_and_grads_leaves_state_unchanged"),
+        ("aliased", "test_state_round_trip"),
+    ],
+)
+def test_kit_fails_a_broken_backend(mutant: str, check: str) -> None:
+    with pytest.raises(AssertionError):
+        getattr(kit(mutant), check)(16)
+
+
+@pytest.mark.parametrize("mutant", ["gradientoff", "lroff", "noisy", "leaky", "aliased"])
+def test_kit_passes_what_each_mutant_does_not_break(mutant: str) -> None:
+    # Each mutant breaks one property; the loss check must still pass for those that keep the loss right.
+    kit(mutant).test_loss_matches_reference(16)
+
+
+def test_unavailable_backend_is_skipped_with_its_probe_reason(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(REQUIRE_ENV, raising=False)
+    with pytest.raises(pytest.skip.Exception, match="needs a unicorn CPU"):
+        kit("unicorn").test_state_round_trip(16)
+
+
+@pytest.mark.parametrize("required", ["unicorn", "avx512,unicorn", "all"])
+def test_required_backend_that_is_unavailable_fails(monkeypatch: pytest.MonkeyPatch, required: str) -> None:
+    monkeypatch.setenv(REQUIRE_ENV, required)
+    with pytest.raises(pytest.fail.Exception, match=r"unicorn is required .* needs a unicorn CPU"):
+        kit("unicorn").test_state_round_trip(16)
+
+
+def test_uninstalled_backend_is_skipped_or_required(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(REQUIRE_ENV, raising=False)
+    with pytest.raises(pytest.skip.Exception, match="not installed"):
+        kit("no_such_backend").test_state_round_trip(16)
+    monkeypatch.setenv(REQUIRE_ENV, "no_such_backend")
+    with pytest.raises(pytest.fail.Exception, match="not installed"):
+        kit("no_such_backend").test_state_round_trip(16)
+
+
+def test_unsupported_size_is_skipped_with_the_reason() -> None:
+    with pytest.raises(pytest.skip.Exception, match="dtype float32, float64, not float16"):
+        kit("numpy_ref", dtype="float16").test_state_round_trip(16)
+
+
+def test_tolerances_follow_precision_unless_overridden() -> None:
+    assert kit("numpy_ref").tol("grad_rel_rms") == 1e-5
+    assert kit("numpy_ref", precision="fp16").tol("grad_rel_rms") == 3e-2
+    assert kit("numpy_ref", precision="fp16", grad_rel_rms_tol=0.5).tol("grad_rel_rms") == 0.5
+    with pytest.raises(ValueError, match="precision must be one of"):
+        kit("numpy_ref", precision="int8").tol("loss_rel")
+
+
+def test_relative_errors() -> None:
+    want = np.array([1.0, -2.0, 0.0, 4.0])
+    assert relative_errors(want, want) == (0.0, 0.0)
+    rms, worst = relative_errors(want + np.array([0, 0, 0.04, 0]), want)
+    assert worst == pytest.approx(0.01) and rms == pytest.approx(0.02 / np.sqrt(21 / 4))
+    assert relative_errors(np.zeros(3), np.zeros(3)) == (0.0, 0.0)
+    assert relative_errors(np.array([0.0, 1e-30]), np.zeros(2)) == (np.inf, np.inf)
+
+
+def test_subclass_without_backend_name_is_an_error() -> None:
+    with pytest.raises(TypeError, match="must set backend_name"):
+        kit("").test_state_round_trip(16)
+
+
+def test_kit_shapes_follow_heads_for() -> None:
+    class EightHeads(BackendConformance):
+        def heads_for(self, d_model: int) -> int:
+            return 8
+
+    assert EightHeads().shape(64) == ModelShape(64, 8)
