@@ -6,6 +6,9 @@ from pathlib import Path
 
 import pytest
 
+# pytester runs generated subclasses of the conformance kit (tests/test_conformance_kit.py).
+pytest_plugins = ["pytester"]
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 NAMES_FILE = REPO_ROOT.parent / "shared" / "data" / "names.txt"
 

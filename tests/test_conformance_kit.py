@@ -156,3 +156,25 @@ def test_kit_shapes_follow_heads_for() -> None:
             return 8
 
     assert EightHeads().shape(64) == ModelShape(64, 8)
+
+
+def test_subclass_collects_per_size_and_honours_declared_skips(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        from eemicrogpt_core.testing import BackendConformance
+
+        class TestSmall(BackendConformance):
+            backend_name = "numpy_ref"
+            d_models = (16, 24)
+            trajectory_steps = 3
+            skip = {"covered elsewhere": ["test_determinism"]}
+
+            def heads_for(self, d_model):
+                return 4 if d_model == 16 else 3
+        """
+    )
+    result = pytester.runpytest_inprocess("-q", "-rs", "-k", "round_trip or determinism or trajectory")
+    result.assert_outcomes(passed=4, skipped=2)
+    result.stdout.fnmatch_lines(["*TestSmall*covered elsewhere*"])
+    ids = pytester.runpytest_inprocess("-q", "--collect-only").stdout.str()
+    assert "test_gradients_match_reference[d24]" in ids and "test_rejects_bad_input[lr_nan]" in ids
