@@ -101,7 +101,9 @@ def _summary(result: TrainResult, cfg: TrainConfig, console: Console) -> None:
 
 @app.command("train")
 def train_cmd(
-    config: Annotated[Path | None, typer.Option("--config", "-c", help="YAML config (default: built-in d32)")] = None,
+    config: Annotated[
+        Path | None, typer.Option("--config", "-c", help="YAML config (default: built in, equal to configs/d64.yaml)")
+    ] = None,
     backend: Annotated[str | None, typer.Option(help=_BACKEND_HELP)] = None,
     d_model: Annotated[int | None, typer.Option(help="model width")] = None,
     n_heads: Annotated[int | None, typer.Option(help="attention heads (must divide d_model)")] = None,
@@ -216,7 +218,9 @@ def backends_cmd(as_json: Annotated[bool, typer.Option("--json", help="machine-r
     console.print(table)
     sizes = ", ".join(f"d{d}: {name or 'none'}" for d, name in report["auto_by_d_model"].items())
     if report["auto"]:
-        console.print(f"auto picks: {report['auto']} (default config d32, batch 16); by size: {sizes}")
+        default = TrainConfig()
+        console.print(f"auto picks: {report['auto']} (default config: d{default.d_model}, batch {default.batch}); "
+                      f"by size: {sizes}", highlight=False)
     elif not report["backends"]:
         console.print("no backend installed: pip install ./backends/numpy_ref (portable) or ./backends/x86")
     else:

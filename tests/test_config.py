@@ -14,9 +14,9 @@ from eemicrogpt_core.errors import ConfigError
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
 
-def test_builtin_default_is_configs_d32() -> None:
+def test_builtin_default_is_configs_d64() -> None:
     assert load_config(None) == TrainConfig()
-    assert load_config(CONFIGS / "d32.yaml") == TrainConfig()
+    assert load_config(CONFIGS / "d64.yaml") == TrainConfig()
 
 
 @pytest.mark.parametrize("d_model", sorted(PRESETS))
