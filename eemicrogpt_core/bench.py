@@ -141,28 +141,37 @@ def pick_backends(registry: BackendRegistry, requested: str | None) -> list[Back
     return entries
 
 
-def speed_table(
-    registry: BackendRegistry,
-    entries: Iterable[BackendEntry],
-    sizes: Iterable[int],
+Cell = tuple[BackendEntry, int, int]  # (backend, d_model, batch)
+
+
+def measure(
+    cells: Iterable[Cell],
     data: Dataset,
     *,
-    batch: int = 16,
     peak: float | None = None,
     repeats: int = 5,
     target_s: float = 0.3,
 ) -> tuple[list[BenchRow], list[str]]:
-    """Rows for every (backend, size) that can run; a note for each that cannot."""
+    """Time each (backend, d_model, batch) cell that the backend supports; a note for each it does not."""
     rows, notes = [], []
-    for entry in entries:
-        for d in sizes:
-            shape = ModelShape(d, heads_for(d))
-            reason = entry.spec.unsupported_reason(shape, batch) if entry.spec else "no spec"
-            if reason:
-                notes.append(f"{entry.name} d{d}: skipped ({reason})")
-                continue
-            rows.append(time_steps(entry, shape, batch, data, repeats=repeats, target_s=target_s, peak=peak))
+    for entry, d, batch in cells:
+        shape = ModelShape(d, heads_for(d))
+        reason = entry.spec.unsupported_reason(shape, batch) if entry.spec else "no spec"
+        if reason:
+            notes.append(f"{entry.name} d{d} batch {batch}: skipped ({reason})")
+            continue
+        rows.append(time_steps(entry, shape, batch, data, repeats=repeats, target_s=target_s, peak=peak))
     return rows, notes
+
+
+def speed_cells(entries: Iterable[BackendEntry], sizes: Iterable[int], batch: int = 16) -> list[Cell]:
+    """Every backend at every size, batch 16: the main table."""
+    return [(entry, d, batch) for entry in entries for d in sizes]
+
+
+def scaling_cells(entry: BackendEntry, sizes: Iterable[int], batches: Iterable[int] = SCALING_BATCHES) -> list[Cell]:
+    """One backend at every size and batch: the batch-scaling table."""
+    return [(entry, d, b) for d in sizes for b in batches]
 
 
 def best_backend(registry: BackendRegistry, requested: str | None, sizes: Iterable[int]) -> BackendEntry:
@@ -174,28 +183,6 @@ def best_backend(registry: BackendRegistry, requested: str | None, sizes: Iterab
     if entry is None:
         raise BackendSelectionError("no available backend for the benchmark; see `eemicrogpt backends`")
     return entry
-
-
-def batch_scaling(
-    entry: BackendEntry,
-    sizes: Iterable[int],
-    data: Dataset,
-    *,
-    batches: Iterable[int] = SCALING_BATCHES,
-    peak: float | None = None,
-    repeats: int = 5,
-    target_s: float = 0.3,
-) -> tuple[list[BenchRow], list[str]]:
-    rows, notes = [], []
-    for d in sizes:
-        shape = ModelShape(d, heads_for(d))
-        for b in batches:
-            reason = entry.spec.unsupported_reason(shape, b) if entry.spec else "no spec"
-            if reason:
-                notes.append(f"{entry.name} d{d} batch {b}: skipped ({reason})")
-                continue
-            rows.append(time_steps(entry, shape, b, data, repeats=repeats, target_s=target_s, peak=peak))
-    return rows, notes
 
 
 @dataclass

@@ -287,14 +287,14 @@ def bench_cmd(
     peak_source = "measured by a plugin" if measured else ("--peak-gflops" if peak else None)
     console = _wide_console(stderr=as_json)
     console.print(f"timing {', '.join(e.name for e in entries)} at d_model {', '.join(map(str, sizes))} ...")
-    rows, notes = bench.speed_table(registry, entries, sizes, train_set, peak=peak, repeats=repeats,
-                                    target_s=seconds)
+    timing = {"peak": peak, "repeats": repeats, "target_s": seconds}
+    rows, notes = bench.measure(bench.speed_cells(entries, sizes), train_set, **timing)
     scaling: list[bench.BenchRow] = []
     losses: list[bench.LossRow] = []
     best = bench.best_backend(registry, backend, sizes) if (batch_scaling or loss_at) else None
     if batch_scaling and best is not None:
         console.print(f"batch scaling on {best.name} ...")
-        scaling, more = bench.batch_scaling(best, sizes, train_set, peak=peak, repeats=repeats, target_s=seconds)
+        scaling, more = bench.measure(bench.scaling_cells(best, sizes), train_set, **timing)
         notes += more
     if loss_at is not None and best is not None:
         console.print(f"loss within {loss_at:g} s on {best.name} ...")
