@@ -1,0 +1,98 @@
+"""The CPU probe: masking features by environment variable, non-x86 machines, missing builds, and what
+the registry picks from it."""
+
+from __future__ import annotations
+
+import platform
+
+import pytest
+from eemicrogpt_backend_x86 import libs, plugin
+from eemicrogpt_backend_x86.probe import DISABLE_ENV, disabled_features, probe
+
+from eemicrogpt_core.model import ModelShape
+from eemicrogpt_core.registry import load_registry
+
+pytestmark = pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"), reason="x86_64 only")
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(DISABLE_ENV, raising=False)
+    monkeypatch.delenv(libs.LIB_DIR_ENV, raising=False)
+
+
+def _host_has(name: str) -> None:
+    result = probe(name)
+    if not result.available:
+        pytest.skip(f"this CPU cannot run {name}: {result.reason}")
+
+
+def test_masking_the_variant_name_explains_which_features(monkeypatch: pytest.MonkeyPatch) -> None:
+    _host_has("avx512")
+    monkeypatch.setenv(DISABLE_ENV, "avx512")
+    result = probe("avx512")
+    assert not result.available and result.score == 0
+    assert result.reason == (
+        f"avx512: CPU lacks AVX512F, AVX512VL, AVX512BW, AVX512DQ (masked by {DISABLE_ENV})"
+    )
+    assert probe("avx2").available
+
+
+def test_masking_one_feature_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    _host_has("avx512")
+    monkeypatch.setenv(DISABLE_ENV, "avx512bw")
+    assert probe("avx512").reason == f"avx512: CPU lacks AVX512BW (masked by {DISABLE_ENV})"
+
+
+def test_masking_avx2_takes_both_variants(monkeypatch: pytest.MonkeyPatch) -> None:
+    _host_has("avx2")
+    monkeypatch.setenv(DISABLE_ENV, "AVX2")
+    for name in ("avx512", "avx2"):
+        result = probe(name)
+        assert not result.available
+        assert result.reason.startswith(f"{name}: CPU lacks AVX2")
+
+
+def test_unknown_mask_is_a_clear_error() -> None:
+    with pytest.raises(ValueError, match=r"EEMICROGPT_X86_DISABLE: unknown feature 'sse9'; known: avx512"):
+        disabled_features("avx2, sse9")
+    assert disabled_features("avx512,FMA") == {"AVX512F", "AVX512VL", "AVX512BW", "AVX512DQ", "FMA"}
+
+
+def test_non_x86_machine_gets_a_reason(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(platform, "machine", lambda: "aarch64")
+    assert probe("avx512").reason == "avx512: requires an x86_64 CPU; this machine is aarch64"
+    assert not probe("avx2").available
+
+
+def test_missing_build_gets_a_reason(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    monkeypatch.setenv(libs.LIB_DIR_ENV, str(tmp_path))
+    result = probe("avx2")
+    assert not result.available
+    assert "native library was not built" in result.reason
+    factory = next(s for s in plugin.eemicrogpt_backends() if s.name == "avx2").factory
+    with pytest.raises(RuntimeError, match="_emg_avx2 was not built"):
+        factory(ModelShape(16), 4, "float32")
+
+
+def test_specs_declare_shapes_and_scores() -> None:
+    specs = {s.name: s for s in plugin.eemicrogpt_backends()}
+    assert set(specs) == {"avx512", "avx2"}
+    for spec in specs.values():
+        assert spec.d_models == (16, 32, 64, 128) and spec.n_heads == (4, 8) and spec.max_batch == 256
+        assert spec.unsupported_reason(ModelShape(48, 4), 16) is not None
+        assert spec.unsupported_reason(ModelShape(128, 8), 256) is None
+        assert spec.unsupported_reason(ModelShape(16, 4), 257) is not None
+
+
+def test_registry_auto_prefers_avx512_then_avx2(monkeypatch: pytest.MonkeyPatch) -> None:
+    _host_has("avx512")
+    shape = ModelShape(64, 4)
+    choice = load_registry().auto_choice(shape, 16)
+    assert choice is not None and choice.name == "avx512"
+    monkeypatch.setenv(DISABLE_ENV, "avx512")
+    registry = load_registry()
+    assert registry.auto_choice(shape, 16).name == "avx2"
+    entry = registry.get("avx512")
+    assert entry is not None and not entry.available
+    assert "CPU lacks AVX512F" in entry.status_reason
