@@ -150,6 +150,99 @@ def estimate_steps(session: Any, data: Dataset, cfg: TrainConfig, budget: float)
     return max(1, int(budget / statistics.median(per_step)))
 
 
+class _Run:
+    """One invocation of the loop: the session, the sampler and the bookkeeping the steps share."""
+
+    def __init__(self, cfg: TrainConfig, entry: BackendEntry, session: Any, data: PreparedData,
+                 run_dir: RunDir | None, resume: Checkpoint | None) -> None:
+        self.cfg, self.entry, self.session, self.run_dir = cfg, entry, session, run_dir
+        self.sampler = BatchSampler(data.train, cfg.batch, cfg.seed)
+        self.val_batches = fixed_batches(data.val, cfg.batch, cfg.eval_batches)
+        self.recent: deque[float] = deque(maxlen=ROLLING)
+        if resume is not None:
+            session.set_state(resume.state)
+            self.sampler.set_state(resume.sampler_state)
+            self.recent.extend(resume.recent_losses)
+            self.total = resume.total_steps
+        else:
+            session.set_state(TrainState.fresh(init_params(cfg.shape, cfg.seed)))
+            budget = cfg.time_budget
+            self.total = cfg.steps if budget is None else estimate_steps(session, data.train, cfg, budget)
+        self.step = int(session.get_state().step)
+        self.chunks: list[np.ndarray] = []
+        self.records: list[dict[str, Any]] = []
+        self.seconds = 0.0  # inside train_steps only
+        self.val_loss: float | None = None
+        self.last_lr = float("nan")
+        self.started = time.perf_counter()
+
+    @property
+    def train_loss(self) -> float:
+        return float(np.mean(self.recent)) if self.recent else float("nan")
+
+    def chunk(self) -> None:
+        """The next chunk of steps; it ends on a log boundary so validation lands on exact steps."""
+        cfg, step = self.cfg, self.step
+        n = min(cfg.chunk_steps, self.total - step, (step // cfg.log_every + 1) * cfg.log_every - step)
+        tokens, lengths = self.sampler.sample(n)
+        lrs = lr_schedule(step + 1, n, self.total, cfg.lr)
+        t0 = time.perf_counter()
+        losses = np.asarray(self.session.train_steps(tokens, lengths, lrs), dtype=np.float32)
+        self.seconds += time.perf_counter() - t0
+        self.step += n
+        self.chunks.append(losses)
+        self.recent.extend(losses.tolist())
+        self.last_lr = float(lrs[-1])
+        if not np.all(np.isfinite(losses)):
+            i = int(np.argmin(np.isfinite(losses)))
+            bad = f"the loss became {losses[i]} at step {step + 1 + i}"
+            raise TrainingDiverged(f"{bad}; try a lower --lr (now {cfg.lr})")
+
+    def at_log_step(self) -> bool:
+        return self.step % self.cfg.log_every == 0 or self.step == self.total
+
+    def log(self) -> dict[str, Any]:
+        """Validation loss and a metrics record; the checkpoint is saved with it."""
+        self.val_loss = evaluate(self.session, self.val_batches)
+        done = sum(c.size for c in self.chunks)
+        record = {
+            "step": self.step,
+            "train_loss": self.train_loss,
+            "val_loss": self.val_loss,
+            "lr": self.last_lr,
+            "elapsed_s": round(time.perf_counter() - self.started, 4),
+            "us_per_step": round(1e6 * self.seconds / done, 3),
+        }
+        self.records.append(record)
+        if self.run_dir is not None:
+            self.run_dir.append_metric(record)
+        self.checkpoint()
+        return record
+
+    def checkpoint(self) -> str:
+        """Save (when there is a run directory); returns a phrase for the user."""
+        if self.run_dir is None:
+            return "no run directory, nothing saved"
+        state = self.session.get_state()
+        ckpt = Checkpoint(state, self.total, self.sampler.get_state(), self.cfg, list(self.recent), self.entry.name)
+        save_checkpoint(self.run_dir.checkpoint_path, ckpt)
+        return "checkpoint saved"
+
+    def result(self, interrupted: bool) -> TrainResult:
+        return TrainResult(
+            backend=self.entry.name,
+            state=self.session.get_state(),
+            total_steps=self.total,
+            losses=np.concatenate(self.chunks) if self.chunks else np.zeros(0, np.float32),
+            train_loss=self.train_loss,
+            val_loss=self.val_loss,
+            train_seconds=self.seconds,
+            interrupted=interrupted,
+            run_dir=self.run_dir.path if self.run_dir else None,
+            records=self.records,
+        )
+
+
 def train(
     cfg: TrainConfig,
     registry: BackendRegistry,
@@ -159,105 +252,42 @@ def train(
     reporter: Reporter | None = None,
     data: PreparedData | None = None,
 ) -> TrainResult:
-    """Train cfg (backend and data already resolved) and return the result; Ctrl-C saves and returns."""
-    reporter = reporter or NullReporter()
-    shape = cfg.shape
-    entry = registry.select(cfg.backend, shape, cfg.batch, cfg.dtype)
-    data = data or prepare_data(cfg)
-    sampler = BatchSampler(data.train, cfg.batch, cfg.seed)
-    val_batches = fixed_batches(data.val, cfg.batch, cfg.eval_batches)
-    recent: deque[float] = deque(maxlen=ROLLING)
+    """Train cfg (backend and data already resolved) and return the result; Ctrl-C saves and returns.
 
-    with open_session(entry, shape, cfg.batch, cfg.dtype) as session:
-        if resume is not None:
-            session.set_state(resume.state)
-            sampler.set_state(resume.sampler_state)
-            recent.extend(resume.recent_losses)
-            total = resume.total_steps
-        else:
-            session.set_state(TrainState.fresh(init_params(shape, cfg.seed)))
-            total = cfg.steps if cfg.time_budget is None else estimate_steps(session, data.train, cfg, cfg.time_budget)
-        step = int(session.get_state().step)
+    The first Ctrl-C stops at the next chunk boundary; a KeyboardInterrupt between chunks (a second Ctrl-C,
+    or one raised by a reporter) also saves, while one inside a backend call keeps the last checkpoint,
+    because the state in the middle of a chunk matches no step.
+    """
+    reporter = reporter or NullReporter()
+    entry = registry.select(cfg.backend, cfg.shape, cfg.batch, cfg.dtype)
+    data = data or prepare_data(cfg)
+    with open_session(entry, cfg.shape, cfg.batch, cfg.dtype) as session:
+        run = _Run(cfg, entry, session, data, run_dir, resume)
         if run_dir is not None:
             run_dir.write_config(cfg)
-            run_dir.keep_metrics_until(step)
-
-        def checkpoint() -> None:
-            if run_dir is not None:
-                ckpt = Checkpoint(session.get_state(), total, sampler.get_state(), cfg, list(recent), entry.name)
-                save_checkpoint(run_dir.checkpoint_path, ckpt)
-
-        info = RunInfo(entry, cfg, step, total, len(data.train), len(data.val), data.n_truncated,
-                       data.n_dropped, run_dir.path if run_dir else None)
-        reporter.start(info)
-        chunks: list[np.ndarray] = []
-        records: list[dict[str, Any]] = []
-        seconds, val_loss, interrupted = 0.0, None, False
-        consistent = True  # False while a backend call is in flight: its state cannot be saved then
-        started = time.perf_counter()
+            run_dir.keep_metrics_until(run.step)
+        reporter.start(RunInfo(entry, cfg, run.step, run.total, len(data.train), len(data.val), data.n_truncated,
+                               data.n_dropped, run_dir.path if run_dir else None))
+        interrupted, in_chunk = False, False
         try:
             note = "Ctrl-C: stopping after this chunk (press again to abort)"
             with deferred_sigint(lambda: reporter.message(note)) as stop:
-                while step < total and not stop.requested:
-                    next_log = (step // cfg.log_every + 1) * cfg.log_every
-                    n = min(cfg.chunk_steps, total - step, next_log - step)
-                    tokens, lengths = sampler.sample(n)
-                    lrs = lr_schedule(step + 1, n, total, cfg.lr)
-                    consistent = False
-                    t0 = time.perf_counter()
-                    losses = np.asarray(session.train_steps(tokens, lengths, lrs), dtype=np.float32)
-                    seconds += time.perf_counter() - t0
-                    step += n
-                    consistent = True
-                    chunks.append(losses)
-                    recent.extend(losses.tolist())
-                    if not np.all(np.isfinite(losses)):
-                        i = int(np.argmin(np.isfinite(losses)))
-                        raise TrainingDiverged(
-                            f"the loss became {losses[i]} at step {step - n + 1 + i}; try a lower --lr (now {cfg.lr})"
-                        )
-                    reporter.progress(step, total, float(np.mean(recent)))
-                    if step % cfg.log_every == 0 or step == total:
-                        val_loss = evaluate(session, val_batches)
-                        done = sum(c.size for c in chunks)
-                        record = {
-                            "step": step,
-                            "train_loss": float(np.mean(recent)),
-                            "val_loss": val_loss,
-                            "lr": float(lrs[-1]),
-                            "elapsed_s": round(time.perf_counter() - started, 4),
-                            "us_per_step": round(1e6 * seconds / done, 3),
-                        }
-                        records.append(record)
-                        if run_dir is not None:
-                            run_dir.append_metric(record)
-                        checkpoint()
-                        reporter.log(record)
-                if stop.requested and step < total:
+                while run.step < run.total and not stop.requested:
+                    in_chunk = True
+                    run.chunk()
+                    in_chunk = False
+                    reporter.progress(run.step, run.total, run.train_loss)
+                    if run.at_log_step():
+                        reporter.log(run.log())
+                if stop.requested and run.step < run.total:
                     interrupted = True
-                    checkpoint()
-                    reporter.message(f"stopped at step {step}/{total}; checkpoint saved")
+                    reporter.message(f"stopped at step {run.step}/{run.total}; {run.checkpoint()}")
         except KeyboardInterrupt:
             interrupted = True
-            if consistent:
-                checkpoint()
-                reporter.message(f"interrupted at step {step}/{total}; checkpoint saved")
-            else:
+            if in_chunk:
                 reporter.message("interrupted inside a backend call; the last saved checkpoint is kept")
+            else:
+                reporter.message(f"interrupted at step {run.step}/{run.total}; {run.checkpoint()}")
         finally:
             reporter.finish()
-        state = session.get_state()
-
-    losses_all = np.concatenate(chunks) if chunks else np.zeros(0, np.float32)
-    return TrainResult(
-        backend=entry.name,
-        state=state,
-        total_steps=total,
-        losses=losses_all,
-        train_loss=float(np.mean(recent)) if recent else float("nan"),
-        val_loss=val_loss,
-        train_seconds=seconds,
-        interrupted=interrupted,
-        run_dir=run_dir.path if run_dir else None,
-        records=records,
-    )
+        return run.result(interrupted)
