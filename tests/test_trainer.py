@@ -78,7 +78,12 @@ def test_short_run_learns_and_writes_a_run_dir(registry: BackendRegistry, cfg: T
     assert load_checkpoint(run.checkpoint_path).state.step == 200
 
 
-def test_resume_continues_exactly(registry: BackendRegistry, cfg: TrainConfig, tmp_path: Path) -> None:
+@pytest.mark.parametrize("backend", ["numpy_ref", "avx512", "avx2"])
+def test_resume_continues_exactly(registry: BackendRegistry, cfg: TrainConfig, tmp_path: Path, backend: str) -> None:
+    entry = registry.get(backend)
+    if entry is None or not entry.available:
+        pytest.skip(f"{backend} not available here: {entry.status_reason if entry else 'not installed'}")
+    cfg = dataclasses.replace(cfg, backend=backend)
     whole = train(cfg, registry, run_dir=RunDir.create(str(tmp_path / "whole"), cfg))
 
     run = RunDir.create(str(tmp_path / "split"), cfg)
