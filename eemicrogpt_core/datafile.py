@@ -37,13 +37,13 @@ def urllib_fetch(url: str) -> bytes:
 
 
 def fetch_verified(
-    dest: Path, url: str = DEFAULT_URL, sha256: str = DEFAULT_SHA256, fetch: Fetcher = urllib_fetch
+    dest: Path, url: str = DEFAULT_URL, sha256: str = DEFAULT_SHA256, fetch: Fetcher | None = None
 ) -> Path:
     """Return dest once it holds the file with this sha256, downloading it if it is missing or stale."""
     if dest.is_file() and sha256_of(dest.read_bytes()) == sha256:
         return dest
     try:
-        data = fetch(url)
+        data = (fetch or urllib_fetch)(url)
     except (urllib.error.URLError, OSError, ValueError) as e:
         reason = getattr(e, "reason", None) or e
         raise DataError(
@@ -65,7 +65,7 @@ def resolve_data_path(
     config_value: str | None,
     *,
     env: Mapping[str, str] = os.environ,
-    fetch: Fetcher = urllib_fetch,
+    fetch: Fetcher | None = None,
 ) -> Path:
     """--data flag > $EEMICROGPT_DATA > the config's data key > the cached makemore names.txt."""
     for chosen in (flag, env.get(ENV_VAR), config_value):

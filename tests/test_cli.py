@@ -6,6 +6,7 @@ import dataclasses
 import json
 import subprocess
 import sys
+import urllib.error
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from eemicrogpt_core import cli
+from eemicrogpt_core import cli, datafile
 from eemicrogpt_core.backend import BackendSpec, ProbeResult
 from eemicrogpt_core.checkpoint import load_checkpoint
 from eemicrogpt_core.hookspec import hookimpl
@@ -163,6 +164,16 @@ def test_bad_input_gives_one_line(
         args += ["--data", str(names_file)]
     result = run("train", "--out", str(tmp_path / "run"), *args)
     assert_one_line_error(result, *fragments)
+
+
+def test_offline_without_a_names_file(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    def offline(url: str) -> bytes:
+        raise urllib.error.URLError("Temporary failure in name resolution")
+
+    monkeypatch.setattr(datafile, "urllib_fetch", offline)
+    result = run("train", "--backend", "numpy_ref", "--out", str(tmp_path / "r"),
+                 env={"EEMICROGPT_CACHE_DIR": str(tmp_path / "cache")})
+    assert_one_line_error(result, "cannot download", "--data PATH", "EEMICROGPT_DATA")
 
 
 def test_sample_bad_inputs(trained: tuple[Path, Any], tmp_path: Path) -> None:
