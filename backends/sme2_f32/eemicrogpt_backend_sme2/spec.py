@@ -1,0 +1,55 @@
+"""The BackendSpec of an SME2 backend: one definition for sme2_f32 and sme2_f16 (same shapes, same ABI)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from eemicrogpt_core.backend import BackendSession, BackendSpec, ProbeResult
+from eemicrogpt_core.model import ModelShape
+from eemicrogpt_core.native import find_library, native_session_factory
+
+from . import probe
+
+# The seed enables SME2 from d_model 64: below it SMSTART/SMSTOP overhead beats the tiny tiles
+# (it measured a 10% loss at d16). emg_supports() in sme2_common/sme2_step.c must agree.
+D_MODELS = (64, 128)
+N_HEADS = (4, 8)
+MAX_BATCH = 256
+
+
+def sme2_spec(
+    name: str, description: str, package_dir: Path, stem: str, f16f16: bool, score: int
+) -> BackendSpec:
+    """A spec whose probe checks the CPU (and the built library) and whose factory opens the library."""
+
+    def library() -> Path | None:
+        return find_library(package_dir, stem)
+
+    def probe_backend() -> ProbeResult:
+        reason = probe.unavailable_reason(name, f16f16)
+        if reason is not None:
+            return ProbeResult.no(reason)
+        if library() is None:
+            return ProbeResult.no(
+                f"{name}: the kernels library {stem}.so was not built into {package_dir} "
+                f"(reinstall it from source on this machine with clang, or run the aarch64 lane)"
+            )
+        note = f"SME2{' + FEAT_SME_F16F16' if f16f16 else ''}, {probe.streaming_vector_bits()}-bit streaming vectors"
+        return ProbeResult.ok(score, note)
+
+    def factory(shape: ModelShape, max_batch: int, dtype: str) -> BackendSession:
+        path = library()
+        if path is None:
+            raise RuntimeError(f"{name}: the kernels library {stem} is missing from {package_dir}")
+        return native_session_factory(path)(shape, max_batch, dtype)
+
+    return BackendSpec(
+        name=name,
+        description=description,
+        probe=probe_backend,
+        factory=factory,
+        d_models=D_MODELS,
+        n_heads=N_HEADS,
+        dtypes=("float32",),
+        max_batch=MAX_BATCH,
+    )
