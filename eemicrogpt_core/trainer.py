@@ -285,7 +285,9 @@ def train(
         except KeyboardInterrupt:
             interrupted = True
             if in_chunk:
-                reporter.message("interrupted inside a backend call; the last saved checkpoint is kept")
+                saved = run_dir is not None and run_dir.checkpoint_path.exists()
+                kept = "the last saved checkpoint is kept" if saved else "nothing was saved yet"
+                reporter.message(f"interrupted inside a backend call; {kept}")
             else:
                 reporter.message(f"interrupted at step {run.step}/{run.total}; {run.checkpoint()}")
         finally:
