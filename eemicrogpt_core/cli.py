@@ -148,6 +148,10 @@ def train_cmd(
         if ckpt.state.step >= ckpt.total_steps:
             console.print(f"{run.path} already finished ({ckpt.total_steps:,} steps); nothing to resume")
             return
+        chosen = registry.select(cfg.backend, cfg.shape, cfg.batch, cfg.dtype).name
+        if ckpt.backend and chosen != ckpt.backend:
+            console.print(f"note: this run was trained on {ckpt.backend} and continues on {chosen}; the "
+                          f"losses will not match an uninterrupted {ckpt.backend} run bit for bit", highlight=False)
     else:
         cfg = load_config(config, overrides)
         data_path = resolve_data_path(data, cfg.data)
