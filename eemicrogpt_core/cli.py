@@ -17,7 +17,7 @@ from rich.table import Table
 from typer.core import TyperGroup
 
 from . import __version__, bench
-from .checkpoint import load_checkpoint
+from .checkpoint import Checkpoint, load_checkpoint
 from .config import TrainConfig, load_config, resolve_backend
 from .data import encode, read_names, split
 from .datafile import resolve_data_path
@@ -99,6 +99,39 @@ def _summary(result: TrainResult, cfg: TrainConfig, console: Console) -> None:
         console.print(f"run directory: {result.run_dir}", highlight=False)
 
 
+def _fresh_setup(
+    registry: BackendRegistry, config: Path | None, overrides: dict[str, Any], backend: str | None, data: str | None
+) -> tuple[TrainConfig, RunDir, PreparedData]:
+    """Resolve config, backend and data, and check all of them before a run directory is created."""
+    cfg = load_config(config, overrides)
+    data_path = resolve_data_path(data, cfg.data)
+    cfg = dataclasses.replace(cfg, backend=resolve_backend(backend, cfg.backend), data=str(data_path))
+    registry.select(cfg.backend, cfg.shape, cfg.batch, cfg.dtype)
+    prepared = prepare_data(cfg)
+    run = RunDir.create(cfg.out, cfg)
+    return dataclasses.replace(cfg, out=str(run.path)), run, prepared
+
+
+def _resume_setup(
+    registry: BackendRegistry, resume: Path, backend: str | None, data: str | None, console: Console
+) -> tuple[TrainConfig, RunDir, Checkpoint, None] | None:
+    """The saved run with only backend and data overridable; None when it has already finished."""
+    run = RunDir.existing(resume)
+    ckpt = load_checkpoint(run.checkpoint_path)
+    cfg = dataclasses.replace(
+        ckpt.config, backend=resolve_backend(backend, ckpt.config.backend), data=data or ckpt.config.data,
+        out=str(run.path),
+    )
+    if ckpt.state.step >= ckpt.total_steps:
+        console.print(f"{run.path} already finished ({ckpt.total_steps:,} steps); nothing to resume")
+        return None
+    chosen = registry.select(cfg.backend, cfg.shape, cfg.batch, cfg.dtype).name
+    if ckpt.backend and chosen != ckpt.backend:
+        console.print(f"note: this run was trained on {ckpt.backend} and continues on {chosen}; the "
+                      f"losses will not match an uninterrupted {ckpt.backend} run bit for bit", highlight=False)
+    return cfg, run, ckpt, None
+
+
 @app.command("train")
 def train_cmd(
     config: Annotated[
@@ -136,30 +169,12 @@ def train_cmd(
         if given:
             raise ConfigError(f"--resume continues the saved config; drop {', '.join(given)} "
                               "(only --backend and --data may change)")
-        run = RunDir.existing(resume)
-        ckpt = load_checkpoint(run.checkpoint_path)
-        cfg = dataclasses.replace(
-            ckpt.config,
-            backend=resolve_backend(backend, ckpt.config.backend),
-            data=data or ckpt.config.data,
-            out=str(run.path),
-        )
-        prepared = None
-        if ckpt.state.step >= ckpt.total_steps:
-            console.print(f"{run.path} already finished ({ckpt.total_steps:,} steps); nothing to resume")
+        setup = _resume_setup(registry, resume, backend, data, console)
+        if setup is None:
             return
-        chosen = registry.select(cfg.backend, cfg.shape, cfg.batch, cfg.dtype).name
-        if ckpt.backend and chosen != ckpt.backend:
-            console.print(f"note: this run was trained on {ckpt.backend} and continues on {chosen}; the "
-                          f"losses will not match an uninterrupted {ckpt.backend} run bit for bit", highlight=False)
+        cfg, run, ckpt, prepared = setup
     else:
-        cfg = load_config(config, overrides)
-        data_path = resolve_data_path(data, cfg.data)
-        cfg = dataclasses.replace(cfg, backend=resolve_backend(backend, cfg.backend), data=str(data_path))
-        registry.select(cfg.backend, cfg.shape, cfg.batch, cfg.dtype)  # fail before creating a run directory
-        prepared = prepare_data(cfg)  # likewise: a bad names file leaves no empty run behind
-        run = RunDir.create(cfg.out, cfg)
-        cfg = dataclasses.replace(cfg, out=str(run.path))
+        cfg, run, prepared = _fresh_setup(registry, config, overrides, backend, data)
         ckpt = None
     result = train(cfg, registry, run_dir=run, resume=ckpt, reporter=RichReporter(console), data=prepared)
     _summary(result, cfg, console)
