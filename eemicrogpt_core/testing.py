@@ -38,6 +38,9 @@ from .registry import BackendEntry, BackendRegistry, load_registry, open_session
 REFERENCE = "numpy_ref"
 REQUIRE_ENV = "EEMICROGPT_REQUIRE_BACKENDS"
 
+# numpy_ref results keyed by everything they depend on; the same inputs recur across test classes.
+_REFERENCE_CACHE: dict[tuple[object, ...], Any] = {}
+
 
 # ---- inputs ----------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
@@ -322,13 +325,37 @@ class BackendConformance:
         tokens, lengths = edge_batch(self.names(), self.batch, self.seed)
         return TrainState.fresh(params), tokens, lengths
 
+    def _reference_key(self, d_model: int, *what: object) -> tuple[object, ...]:
+        return (self.extra_plugins, self.shape(d_model), self.batch, self.seed, self.names_file, *what)
+
     def reference_loss_and_grads(self, d_model: int) -> tuple[float, np.ndarray]:
-        state, tokens, lengths = self.grad_inputs(d_model)
-        with self.open_reference(d_model) as ref:
-            ref.set_state(state)
-            loss, grads = ref.loss_and_grads(tokens, lengths)
+        """numpy_ref float64 on grad_inputs (cached: backends and test classes share one computation)."""
+        key = self._reference_key(d_model, "grads", self.param_scale)
+        if key not in _REFERENCE_CACHE:
+            state, tokens, lengths = self.grad_inputs(d_model)
+            with self.open_reference(d_model) as ref:
+                ref.set_state(state)
+                _REFERENCE_CACHE[key] = ref.loss_and_grads(tokens, lengths)
+        loss, grads = _REFERENCE_CACHE[key]
         assert grads is not None
         return loss, grads
+
+    def trajectory_inputs(self, d_model: int) -> tuple[TrainState, np.ndarray, np.ndarray, np.ndarray]:
+        n = self.trajectory_steps
+        tokens, lengths = make_batches(self.names(), n, self.batch, self.seed + 1)
+        lrs = lr_schedule(1, n, n, self.trajectory_lr(d_model))
+        return TrainState.fresh(init_params(self.shape(d_model), self.seed)), tokens, lengths, lrs
+
+    def reference_trajectory(self, d_model: int) -> np.ndarray:
+        """numpy_ref losses over trajectory_inputs in trajectory_reference_dtype (cached likewise)."""
+        dtype = self.trajectory_reference_dtype
+        key = self._reference_key(d_model, "trajectory", self.trajectory_steps, self.trajectory_lr(d_model), dtype)
+        if key not in _REFERENCE_CACHE:
+            state, tokens, lengths, lrs = self.trajectory_inputs(d_model)
+            with self.open_reference(d_model, dtype) as ref:
+                ref.set_state(state)
+                _REFERENCE_CACHE[key] = ref.train_steps(tokens, lengths, lrs)
+        return _REFERENCE_CACHE[key]
 
     # -- the checks --
     def test_loss_matches_reference(self, d_model: int) -> None:
@@ -382,12 +409,8 @@ class BackendConformance:
 
     def test_loss_trajectory_matches_reference(self, d_model: int) -> None:
         n = self.trajectory_steps
-        tokens, lengths = make_batches(self.names(), n, self.batch, self.seed + 1)
-        lrs = lr_schedule(1, n, n, self.trajectory_lr(d_model))
-        state = TrainState.fresh(init_params(self.shape(d_model), self.seed))
-        with self.open_reference(d_model, self.trajectory_reference_dtype) as ref:
-            ref.set_state(state)
-            want = ref.train_steps(tokens, lengths, lrs)
+        state, tokens, lengths, lrs = self.trajectory_inputs(d_model)
+        want = self.reference_trajectory(d_model)
         with self.open(d_model) as session:
             session.set_state(state)
             got = session.train_steps(tokens, lengths, lrs)
