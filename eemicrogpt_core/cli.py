@@ -143,7 +143,8 @@ def train_cmd(
     batch: Annotated[int | None, typer.Option(help="names per step")] = None,
     steps: Annotated[int | None, typer.Option(help="training steps (the LR decays to zero over them)")] = None,
     time_budget: Annotated[
-        float | None, typer.Option(help="seconds to train; the steps that fit replace --steps")
+        float | None, typer.Option(help="seconds of training (measured by a short warm-up first); the steps that "
+                                   "fit replace --steps")
     ] = None,
     lr: Annotated[float | None, typer.Option(help="initial learning rate")] = None,
     seed: Annotated[int | None, typer.Option(help="seed of init, split and batches")] = None,

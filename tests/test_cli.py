@@ -130,6 +130,21 @@ def test_unavailable_backend_is_one_line(monkeypatch: pytest.MonkeyPatch, names_
     assert not fake["available"] and fake["reason"] == "requires aarch64 with FEAT_SME2"
 
 
+class _Broken:
+    @hookimpl
+    def eemicrogpt_backends(self) -> list[BackendSpec]:
+        raise RuntimeError("plugin exploded")
+
+
+def test_broken_plugin_is_listed_not_fatal(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cli, "load_registry", lambda: load_registry(extra_plugins=[_Broken()]))
+    report = json.loads(run("backends", "--json").stdout)
+    assert any("plugin exploded" in f["error"] for f in report["plugin_failures"])
+    assert report["auto"] is not None  # the other backends still work
+    table = run("backends")
+    assert table.exit_code == 0 and "broken plugin" in table.stdout and "plugin exploded" in table.stdout
+
+
 def test_env_backend_is_used_and_flag_wins(names_file: Path, tmp_path: Path) -> None:
     result = run("train", "--data", str(names_file), "--out", str(tmp_path / "r"), env={"EEMICROGPT_BACKEND": "nope"})
     assert_one_line_error(result, "unknown backend 'nope'")
