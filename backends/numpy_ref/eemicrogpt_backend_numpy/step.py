@@ -217,9 +217,10 @@ class StepModel:
 class Adam:
     """eemicrogpt_core.optim.adam_update, operation for operation, without its temporaries.
 
-    The spec allocates a fresh array per operation, which costs more than forward and backward together at
-    d_model 128; here every operation writes into two scratch buffers. Same operations in the same order on
-    the same dtypes, so the result is bit-identical to the spec (tests/test_numpy_ref.py checks that).
+    The spec allocates a fresh array per operation, which at d_model 128 costs about as much as forward and
+    backward together (1.7 ms of 3.4 ms per step); here every operation writes into two scratch buffers.
+    Same operations in the same order on the same dtypes, so the result is bit-identical to the spec
+    (tests/test_numpy_ref.py checks that).
     """
 
     def __init__(self, n: int, dtype: np.dtype) -> None:
@@ -246,8 +247,9 @@ class Adam:
         np.subtract(params, a, out=params)
 
 
-def train_step(model: StepModel, adam: Adam, batch: Batch, m: np.ndarray, v: np.ndarray, step: int,
-               lr: float) -> float:
+def train_step(
+    model: StepModel, adam: Adam, batch: Batch, m: np.ndarray, v: np.ndarray, step: int, lr: float
+) -> float:
     """Forward, backward and one Adam update of the model's parameters; returns the loss before it.
 
     `step` is the 1-based index of this update. On a non-finite loss nothing is updated.
