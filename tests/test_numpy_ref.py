@@ -9,7 +9,7 @@ import pytest
 from eemicrogpt_backend_numpy.session import NumpySession
 from eemicrogpt_backend_numpy.step import Adam
 
-from eemicrogpt_core.backend import TrainState
+from eemicrogpt_core.backend import BackendSession, TrainState
 from eemicrogpt_core.model import BOUNDARY, MAX_SEQ, TENSOR_NAMES, VOCAB, ModelShape, init_params, views
 from eemicrogpt_core.optim import adam_update, lr_schedule
 from eemicrogpt_core.registry import load_registry, open_session
@@ -215,6 +215,7 @@ def test_registered_through_entry_point() -> None:
     assert entry.spec.unsupported_reason(ModelShape(48, 6), 4096, "float64") is None
     assert "float16" in (entry.spec.unsupported_reason(ModelShape(16), 16, "float16") or "")
     with open_session(entry, ModelShape(16), 16) as validated:
+        assert isinstance(validated.inner, NumpySession) and isinstance(validated.inner, BackendSession)
         tokens, lengths = make_batches(load_names().names, 1, 16, seed=9)
         loss, grads = validated.loss_and_grads(tokens[0], lengths[0])
     assert 3.0 < loss < 3.6 and grads is not None
