@@ -9,14 +9,20 @@
 #include "sme2_internal.h"
 
 /* Store one ZA row (already widened to fp32) into C with the epilogue fused in: scale, accumulate,
- * ReLU. This is the "readout with the neighbouring elementwise op" pattern: the row is in a register
- * anyway, so the residual add and the clamp cost no extra pass over memory. */
+ * ReLU, ReLU-backward gate. This is the "readout with the neighbouring elementwise op" pattern: the row
+ * is in a register anyway, so the residual add, the clamp and the mask cost no extra pass over memory.
+ * `last` is 0 while more fp16 chunks are still to be added (the gate and clamp wait for the full sum). */
 static inline void put_row(const emg_gemm *g, int row, int col, svbool_t pc, svfloat32_t v, int add,
-                           int relu) __arm_streaming {
-    float *c = g->C + (long)row * g->ldc + col;
+                           int last) __arm_streaming {
+    const long at = (long)row * g->ldc + col;
+    float *c = g->C + at;
     v = svmul_n_f32_x(pc, v, g->alpha);
     if (add) v = svadd_f32_x(pc, v, svld1_f32(pc, c));
-    if (relu) v = svmax_n_f32_x(pc, v, 0.0f);
+    if (last && (g->flags & GEMM_RELU)) v = svmax_n_f32_x(pc, v, 0.0f);
+    if (last && (g->flags & GEMM_GATE)) {
+        const svbool_t open = svcmpgt_n_f32(pc, svld1_f32(pc, g->gate + at), 0.0f);
+        v = svsel_f32(open, v, svdup_n_f32(0.0f));
+    }
     svst1_f32(pc, c, v);
 }
 
@@ -29,10 +35,10 @@ static inline void put_row(const emg_gemm *g, int row, int col, svbool_t pc, svf
         const svbool_t pc_ = svwhilelt_b32(c0_, g->N);                                         \
         for (int s_ = 0; s_ < T && r0_ + s_ < g->M; s_ += 4) {                                 \
             svfloat32x4_t q_ = svread_hor_za32_f32_vg4(tile, s_);                              \
-            put_row(g, r0_ + s_, c0_, pc_, svget4(q_, 0), add, relu);                          \
-            if (r0_ + s_ + 1 < g->M) put_row(g, r0_ + s_ + 1, c0_, pc_, svget4(q_, 1), add, relu); \
-            if (r0_ + s_ + 2 < g->M) put_row(g, r0_ + s_ + 2, c0_, pc_, svget4(q_, 2), add, relu); \
-            if (r0_ + s_ + 3 < g->M) put_row(g, r0_ + s_ + 3, c0_, pc_, svget4(q_, 3), add, relu); \
+            put_row(g, r0_ + s_, c0_, pc_, svget4(q_, 0), add, 1);                          \
+            if (r0_ + s_ + 1 < g->M) put_row(g, r0_ + s_ + 1, c0_, pc_, svget4(q_, 1), add, 1); \
+            if (r0_ + s_ + 2 < g->M) put_row(g, r0_ + s_ + 2, c0_, pc_, svget4(q_, 2), add, 1); \
+            if (r0_ + s_ + 3 < g->M) put_row(g, r0_ + s_ + 3, c0_, pc_, svget4(q_, 3), add, 1); \
         }                                                                                      \
     } while (0)
 
@@ -40,7 +46,7 @@ static inline void put_row(const emg_gemm *g, int row, int col, svbool_t pc, svf
  * and issues four independent FMOPAs, so consecutive FMOPAs never wait on the same tile. */
 static void gemm_body(const emg_gemm *g) __arm_streaming __arm_inout("za") {
     const int T = (int)svcntsw();
-    const int add = g->flags & GEMM_ACC, relu = g->flags & GEMM_RELU;
+    const int add = g->flags & GEMM_ACC;
     for (int i0 = 0; i0 < g->M; i0 += 2 * T) {
         const svbool_t pi0 = svwhilelt_b32(i0, g->M), pi1 = svwhilelt_b32(i0 + T, g->M);
         for (int j0 = 0; j0 < g->N; j0 += 2 * T) {
@@ -73,8 +79,8 @@ static void gemm_body(const emg_gemm *g) __arm_streaming __arm_inout("za") {
         const svbool_t pl_ = svwhilelt_b32(c0_, g->N), ph_ = svwhilelt_b32(c0_ + T / 2, g->N); \
         for (int s_ = 0; s_ < T && r0_ + s_ < g->M; s_++) {                              \
             const svfloat16_t v_ = svread_hor_za16_f16_m(svdup_n_f16(0), all16, tile, s_); \
-            put_row(g, r0_ + s_, c0_, pl_, svcvt_f32_f16_x(all32, svzip1_f16(v_, v_)), add, relu); \
-            put_row(g, r0_ + s_, c0_ + T / 2, ph_, svcvt_f32_f16_x(all32, svzip2_f16(v_, v_)), add, relu); \
+            put_row(g, r0_ + s_, c0_, pl_, svcvt_f32_f16_x(all32, svzip1_f16(v_, v_)), add, last); \
+            put_row(g, r0_ + s_, c0_ + T / 2, ph_, svcvt_f32_f16_x(all32, svzip2_f16(v_, v_)), add, last); \
         }                                                                                \
     } while (0)
 
@@ -98,7 +104,7 @@ static void gemm_body(const emg_gemm *g) __arm_streaming __arm_inout("za") {
                     svmopa_za16_f16_m(1, pi, pj1, av, svld1_f16(pj1, b + T));
                 }
                 const int add = k0 > 0 || (g->flags & GEMM_ACC);
-                const int relu = k1 == g->K && (g->flags & GEMM_RELU);
+                const int last = k1 == g->K;
                 READ_TILE16(0, i0, j0);
                 READ_TILE16(1, i0, j0 + T);
             }

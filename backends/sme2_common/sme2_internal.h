@@ -24,12 +24,14 @@ typedef float op_t;
 #define EMG_EXPORT __attribute__((visibility("default")))
 #define EMG_HIDDEN __attribute__((visibility("hidden")))
 
-enum { GEMM_ACC = 1, GEMM_RELU = 2 };
+enum { GEMM_ACC = 1, GEMM_RELU = 2, GEMM_GATE = 4 };
 
 /*
  * C[i][j] = (flags & GEMM_ACC ? C[i][j] : 0) + alpha * sum_k A[k][i] * B[k][j]   (i < M, j < N, k < K)
  * with A stored k-major (A[k * lda + i]) and B stored k-major (B[k * ldb + j]): the operand layout of
- * an outer-product engine. GEMM_RELU clamps the stored result at 0 (applied after the accumulate).
+ * an outer-product engine. GEMM_RELU clamps the stored result at 0 (applied after the accumulate);
+ * GEMM_GATE zeroes C[i][j] wherever gate[i][j] <= 0 (the ReLU backward, gate = the ReLU output, same
+ * leading dimension as C).
  */
 typedef struct {
     int M, N, K;
@@ -41,6 +43,7 @@ typedef struct {
     long ldc;
     float alpha;
     int flags;
+    const float *gate;
 } emg_gemm;
 
 /* One GEMM in its own streaming session. */

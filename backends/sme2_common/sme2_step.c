@@ -103,8 +103,8 @@ static void refresh_weight_operands(emg_session *s) {
 }
 
 static void gemm(int M, int N, int K, const op_t *A, long lda, const op_t *B, long ldb, float *C, long ldc,
-                 int flags) {
-    const emg_gemm g = {M, N, K, A, lda, B, ldb, C, ldc, 1.0f, flags};
+                 int flags, const float *gate) {
+    const emg_gemm g = {M, N, K, A, lda, B, ldb, C, ldc, 1.0f, flags, gate};
     sme_gemm(&g);
 }
 
@@ -231,23 +231,23 @@ static double forward(emg_session *s, int batch) {
     rms_forward(s->h1, s->r1, s->x0, n, d);
 
     transpose_op(s->opT, s->h1, n, d);
-    gemm(n, 3 * d, d, s->opT, n, s->t_qkv, 3 * d, s->qkv, 3 * d, 0);
+    gemm(n, 3 * d, d, s->opT, n, s->t_qkv, 3 * d, s->qkv, 3 * d, 0, NULL);
     attention_forward(s, batch);
 
     memcpy(s->x1, s->x0, sizeof(float) * (size_t)n * d); /* residual, added in the GEMM readout */
     transpose_op(s->opT, s->att, n, d);
-    gemm(n, d, d, s->opT, n, s->t_wo, d, s->x1, d, GEMM_ACC);
+    gemm(n, d, d, s->opT, n, s->t_wo, d, s->x1, d, GEMM_ACC, NULL);
 
     rms_forward(s->h2, s->r2, s->x1, n, d);
     transpose_op(s->opT, s->h2, n, d);
-    gemm(n, f, d, s->opT, n, s->t_f1, f, s->hid, f, GEMM_RELU);
+    gemm(n, f, d, s->opT, n, s->t_f1, f, s->hid, f, GEMM_RELU, NULL);
 
     memcpy(s->x2, s->x1, sizeof(float) * (size_t)n * d);
     transpose_op(s->opT, s->hid, n, f);
-    gemm(n, d, f, s->opT, n, s->t_f2, d, s->x2, d, GEMM_ACC);
+    gemm(n, d, f, s->opT, n, s->t_f2, d, s->x2, d, GEMM_ACC, NULL);
 
     transpose_op(s->opT, s->x2, n, d);
-    gemm(n, V, d, s->opT, n, s->t_lm, V, s->logits, V, 0);
+    gemm(n, V, d, s->opT, n, s->t_lm, V, s->logits, V, 0, NULL);
 
     double loss = 0.0;
     for (int r = 0; r < n; r++) {
@@ -271,19 +271,18 @@ static void backward(emg_session *s, int batch) {
 
     /* input-gradient chain: each GEMM reads the upstream gradient feature-major */
     transpose_op(s->opT, s->dlog, n, V);
-    gemm(n, d, V, s->opT, n, s->w_lm, d, s->dx2, d, 0);
+    gemm(n, d, V, s->opT, n, s->w_lm, d, s->dx2, d, 0, NULL);
     transpose_op(s->opT, s->dx2, n, d);
-    gemm(n, f, d, s->opT, n, s->w_f2, f, s->dpre, f, 0);
-    for (long i = 0; i < (long)n * f; i++) s->dpre[i] = s->hid[i] > 0.0f ? s->dpre[i] : 0.0f;
+    gemm(n, f, d, s->opT, n, s->w_f2, f, s->dpre, f, GEMM_GATE, s->hid); /* ReLU backward in the readout */
     transpose_op(s->opT, s->dpre, n, f);
-    gemm(n, d, f, s->opT, n, s->w_f1, d, s->dh2, d, 0);
+    gemm(n, d, f, s->opT, n, s->w_f1, d, s->dh2, d, 0, NULL);
     rms_backward(s->dx1, s->dx2, s->dh2, s->h2, s->r2, n, d);
 
     transpose_op(s->opT, s->dx1, n, d);
-    gemm(n, d, d, s->opT, n, s->w_wo, d, s->datt, d, 0);
+    gemm(n, d, d, s->opT, n, s->w_wo, d, s->datt, d, 0, NULL);
     attention_backward(s, batch);
     transpose_op(s->opT, s->dqkv, n, 3 * d);
-    gemm(n, d, 3 * d, s->opT, n, s->w_qkv, d, s->dh1, d, 0);
+    gemm(n, d, 3 * d, s->opT, n, s->w_qkv, d, s->dh1, d, 0, NULL);
     rms_backward(s->dh1, s->dx1, s->dh1, s->h1, s->r1, n, d);   /* dh1 := d(loss)/d(x0) */
     rms_backward(s->dh1, NULL, s->dh1, s->x0, s->r0, n, d);     /* dh1 := d(loss)/d(embedding) */
 
@@ -307,7 +306,7 @@ static void backward(emg_session *s, int batch) {
 #else
         const op_t *a = pairs[i][0], *b = pairs[i][1];
 #endif
-        wg[i] = (emg_gemm){mdim, kdim, n, a, mdim, b, kdim, outs[i], kdim, inv_n, 0};
+        wg[i] = (emg_gemm){mdim, kdim, n, a, mdim, b, kdim, outs[i], kdim, inv_n, 0, NULL};
     }
     sme_gemm_many(wg, 5);
 

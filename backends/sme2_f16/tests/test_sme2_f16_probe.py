@@ -1,0 +1,84 @@
+"""sme2_f16's probe: it needs FEAT_SME_F16F16 on top of SME2, and `auto` never picks it (score 0).
+
+The shared probe's other paths (no SME2, macOS SME2 key, other OS) are tested with sme2_f32. The lane
+also runs this file under QEMU_CPU=max,sme=off, where the CPU really lacks SME.
+"""
+
+from __future__ import annotations
+
+import platform
+
+import pytest
+from eemicrogpt_backend_sme2 import probe
+from eemicrogpt_backend_sme2_f16 import plugin
+
+from eemicrogpt_core import native
+from eemicrogpt_core.model import ModelShape
+from eemicrogpt_core.registry import load_registry
+
+ON_ARM = platform.machine().lower() in probe.ARM_MACHINES
+
+
+def _spec():
+    (found,) = plugin.eemicrogpt_backends()
+    return found
+
+
+def test_non_arm_machine_gets_the_documented_reason(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(probe, "machine", lambda: "x86_64")
+    result = _spec().probe()
+    assert not result.available
+    assert result.reason == (
+        "sme2_f16: requires an aarch64 CPU with FEAT_SME2 and FEAT_SME_F16F16; this machine is x86_64"
+    )
+
+
+def test_sme2_without_f16f16_is_unavailable(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Apple M4's case on Linux: SME2 reported, SME_F16F16 not."""
+    monkeypatch.setattr(probe, "machine", lambda: "aarch64")
+    monkeypatch.setattr(probe, "os_name", lambda: "linux")
+    monkeypatch.setattr(probe, "linux_hwcap2", lambda: probe.HWCAP2_SME2)
+    result = _spec().probe()
+    assert not result.available
+    assert "HWCAP2_SME_F16F16 missing" in result.reason and result.reason.startswith("sme2_f16: ")
+
+
+@pytest.mark.parametrize(("f16f16", "available"), [(1, True), (0, False)])
+def test_macos_reads_the_f16f16_sysctl(monkeypatch: pytest.MonkeyPatch, f16f16: int, available: bool) -> None:
+    monkeypatch.setattr(probe, "machine", lambda: "arm64")
+    monkeypatch.setattr(probe, "os_name", lambda: "darwin")
+    values = {"hw.optional.arm.FEAT_SME2": 1, "hw.optional.arm.FEAT_SME_F16F16": f16f16}
+    monkeypatch.setattr(probe, "macos_sysctl_int", lambda name: values[name])
+    reason = probe.unavailable_reason("sme2_f16", f16f16=True)
+    assert (reason is None) == available
+    if not available:
+        assert "hw.optional.arm.FEAT_SME_F16F16 is 0" in reason
+
+
+def test_real_probe_on_this_machine() -> None:
+    entry = load_registry().get("sme2_f16")
+    assert entry is not None, "eemicrogpt-backend-sme2-f16 is not installed"
+    if not ON_ARM:
+        assert not entry.available and "this machine is" in entry.status_reason
+        return
+    hwcap2 = probe.linux_hwcap2()
+    needed = probe.HWCAP2_SME2 | probe.HWCAP2_SME_F16F16
+    built = native.find_library(plugin.PACKAGE_DIR, plugin.LIBRARY_STEM) is not None
+    assert entry.available == ((hwcap2 & needed) == needed and built), entry.status_reason
+    if not hwcap2 & probe.HWCAP2_SME2:
+        assert "HWCAP2_SME2 missing" in entry.status_reason
+    assert entry.score == 0  # available or not, `auto` never picks it
+
+
+@pytest.mark.skipif(not ON_ARM, reason="the native library exists only on aarch64")
+def test_library_refuses_a_cpu_without_sme2() -> None:
+    path = native.find_library(plugin.PACKAGE_DIR, plugin.LIBRARY_STEM)
+    assert path is not None, "the lane must have built _emg_sme2_f16.so"
+    needed = probe.HWCAP2_SME2 | probe.HWCAP2_SME_F16F16
+    if (probe.linux_hwcap2() & needed) == needed:
+        native.NativeSession(str(path), ModelShape(64, 4), 4).close()
+    else:
+        with pytest.raises(native.NativeBackendError) as info:
+            native.NativeSession(str(path), ModelShape(64, 4), 4)
+        assert info.value.status == 2  # EMG_ERR_UNSUPPORTED, not a SIGILL
+
