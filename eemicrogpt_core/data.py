@@ -74,7 +74,7 @@ def read_names(path: str | Path, *, drop_invalid: bool = False) -> NameSet:
     except OSError as e:
         raise DataError(f"cannot read names file {path}: {e.strerror or e}") from None
     try:
-        text = raw.decode("utf-8")
+        text = raw.decode("utf-8-sig")  # a leading byte-order mark (Windows editors) is not part of a name
     except UnicodeDecodeError as e:
         lineno = raw.count(b"\n", 0, e.start) + 1
         raise DataError(f"{path}:{lineno}: not valid UTF-8 (byte {raw[e.start]:#04x})") from None

@@ -47,6 +47,12 @@ def test_missing_and_non_utf8_files(tmp_path: Path) -> None:
         read_names(path)
 
 
+def test_byte_order_mark_and_crlf_are_accepted(tmp_path: Path) -> None:
+    path = tmp_path / "windows.txt"
+    path.write_bytes("\ufeffEmma\r\nNoah\r\n".encode())
+    assert read_names(path).names == ["emma", "noah"]
+
+
 def test_real_names_file(names_file: Path) -> None:
     names = read_names(names_file)
     assert len(names.names) == 32033
