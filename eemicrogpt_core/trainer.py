@@ -29,6 +29,7 @@ from .rundir import RunDir
 
 ROLLING = 100  # train loss is reported as the mean of the last 100 steps
 WARMUP_STREAM = 3  # batch stream for the time-budget warm-up, so it never shifts the training batches
+CHUNK_SECONDS = 0.25  # slow backends get shorter chunks, so progress and Ctrl-C stay responsive
 
 
 class TrainingDiverged(EemicrogptError):
@@ -174,6 +175,7 @@ class _Run:
         self.seconds = 0.0  # inside train_steps only
         self.val_loss: float | None = None
         self.last_lr = float("nan")
+        self.chunk_limit = min(8, cfg.chunk_steps)  # grows to cfg.chunk_steps once the step time is known
         self.started = time.perf_counter()
 
     @property
@@ -183,12 +185,14 @@ class _Run:
     def chunk(self) -> None:
         """The next chunk of steps; it ends on a log boundary so validation lands on exact steps."""
         cfg, step = self.cfg, self.step
-        n = min(cfg.chunk_steps, self.total - step, (step // cfg.log_every + 1) * cfg.log_every - step)
+        n = min(self.chunk_limit, self.total - step, (step // cfg.log_every + 1) * cfg.log_every - step)
         tokens, lengths = self.sampler.sample(n)
         lrs = lr_schedule(step + 1, n, self.total, cfg.lr)
         t0 = time.perf_counter()
         losses = np.asarray(self.session.train_steps(tokens, lengths, lrs), dtype=np.float32)
-        self.seconds += time.perf_counter() - t0
+        elapsed = time.perf_counter() - t0
+        self.seconds += elapsed
+        self.chunk_limit = max(1, min(cfg.chunk_steps, int(CHUNK_SECONDS * n / max(elapsed, 1e-9))))
         self.step += n
         self.chunks.append(losses)
         self.recent.extend(losses.tolist())
@@ -276,9 +280,9 @@ def train(
                     in_chunk = True
                     run.chunk()
                     in_chunk = False
-                    reporter.progress(run.step, run.total, run.train_loss)
-                    if run.at_log_step():
+                    if run.at_log_step():  # before the progress callback, so an interrupt there keeps the log
                         reporter.log(run.log())
+                    reporter.progress(run.step, run.total, run.train_loss)
                 if stop.requested and run.step < run.total:
                     interrupted = True
                     reporter.message(f"stopped at step {run.step}/{run.total}; {run.checkpoint()}")

@@ -51,13 +51,14 @@ class StopAt(NullReporter):
 
 
 class SigintAt(NullReporter):
-    """Sends this process a real SIGINT at `step`: the loop must finish the chunk, save and stop."""
+    """Sends this process a real SIGINT from `step` on: the loop must finish the chunk, save and stop."""
 
     def __init__(self, step: int) -> None:
-        self.step, self.messages = step, []
+        self.step, self.messages, self.sent_at = step, [], None
 
     def progress(self, step: int, total: int, train_loss: float) -> None:
-        if step == self.step:
+        if step >= self.step and self.sent_at is None:
+            self.sent_at = step
             os.kill(os.getpid(), signal.SIGINT)
 
     def message(self, text: str) -> None:
@@ -88,9 +89,9 @@ def test_resume_continues_exactly(registry: BackendRegistry, cfg: TrainConfig, t
 
     run = RunDir.create(str(tmp_path / "split"), cfg)
     first = train(cfg, registry, run_dir=run, reporter=StopAt(25))
-    assert first.interrupted and first.steps_run == 25
+    assert first.interrupted and 25 <= first.steps_run < 60  # stops at the first chunk boundary from step 25
     ckpt = load_checkpoint(run.checkpoint_path)
-    assert ckpt.state.step == 25 and ckpt.total_steps == 60
+    assert ckpt.state.step == first.steps_run and ckpt.total_steps == 60
     second = train(ckpt.config, registry, run_dir=RunDir.existing(run.path), resume=ckpt)
 
     assert np.array_equal(np.concatenate([first.losses, second.losses]), whole.losses)
@@ -112,8 +113,8 @@ def test_real_sigint_stops_at_a_chunk_boundary_and_saves(
     run = RunDir.create(str(tmp_path / "run"), cfg)
     reporter = SigintAt(25)
     result = train(cfg, registry, run_dir=run, reporter=reporter)
-    assert result.interrupted and result.steps_run == 25
-    assert load_checkpoint(run.checkpoint_path).state.step == 25
+    assert result.interrupted and result.steps_run == reporter.sent_at  # stopped right after that chunk
+    assert load_checkpoint(run.checkpoint_path).state.step == reporter.sent_at
     assert any("checkpoint saved" in m for m in reporter.messages)
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handler restored
 
@@ -141,10 +142,9 @@ class _NanSession:
         return self.state.copy()
 
     def train_steps(self, tokens: np.ndarray, lengths: np.ndarray, lrs: np.ndarray) -> np.ndarray:
+        steps = np.arange(self.state.step + 1, self.state.step + 1 + len(lrs))
         self.state.step += len(lrs)
-        losses = np.full(len(lrs), 2.0, np.float32)
-        losses[-1] = np.nan
-        return losses
+        return np.where(steps >= 13, np.float32(np.nan), np.float32(2.0)).astype(np.float32)
 
     def loss_and_grads(self, tokens: np.ndarray, lengths: np.ndarray, want_grads: bool = True) -> Any:
         return 2.0, None
@@ -162,7 +162,7 @@ class _NanPlugin:
 
 def test_non_finite_loss_is_a_clear_error(cfg: TrainConfig) -> None:
     reg = load_registry(entry_points=False, extra_plugins=[_NanPlugin()])
-    with pytest.raises(TrainingDiverged, match="became nan at step 25; try a lower --lr"):
+    with pytest.raises(TrainingDiverged, match="became nan at step 13; try a lower --lr"):
         train(dataclasses.replace(cfg, backend="nan_backend"), reg)
 
 
