@@ -1,8 +1,9 @@
 """The training loop: backend selection, chunked steps, validation, checkpoints, time budgets and resume.
 
-Steps run in chunks (config.chunk_steps per backend call) so Python overhead is paid once per chunk; chunks
-end on log boundaries so validation and checkpoints land on exact steps. The loss sequence does not depend
-on the chunking, which is what makes `--resume` exact.
+Steps run in chunks of up to config.chunk_steps per backend call, so Python overhead is paid once per chunk
+(fewer steps on slow backends: about CHUNK_SECONDS each); chunks end on log boundaries so validation and
+checkpoints land on exact steps. The loss sequence does not depend on the chunking, which is what makes
+`--resume` exact.
 """
 
 from __future__ import annotations
