@@ -16,6 +16,16 @@ METRICS_NAME = "metrics.jsonl"
 CHECKPOINT_NAME = "checkpoint.npz"
 
 
+def _fresh_default(cfg: TrainConfig) -> Path:
+    """runs/<time>-d<size>, with a numeric suffix when two runs start within the same second."""
+    base = Path("runs") / f"{time.strftime('%Y%m%d-%H%M%S')}-d{cfg.d_model}"
+    path, n = base, 1
+    while path.exists():
+        n += 1
+        path = base.with_name(f"{base.name}-{n}")
+    return path
+
+
 class RunDir:
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
@@ -35,7 +45,7 @@ class RunDir:
     @classmethod
     def create(cls, out: str | None, cfg: TrainConfig) -> RunDir:
         """A new run directory; refuses one that already holds a run (that is what --resume is for)."""
-        path = Path(out) if out else Path("runs") / f"{time.strftime('%Y%m%d-%H%M%S')}-d{cfg.d_model}"
+        path = Path(out) if out else _fresh_default(cfg)
         run = cls(path)
         if run.checkpoint_path.exists():
             raise CheckpointError(f"{path} already holds a run; continue it with --resume {path} or pick another --out")
