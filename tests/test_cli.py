@@ -130,6 +130,15 @@ def test_unavailable_backend_is_one_line(monkeypatch: pytest.MonkeyPatch, names_
     assert not fake["available"] and fake["reason"] == "requires aarch64 with FEAT_SME2"
 
 
+def test_no_backend_installed_says_what_to_install(
+    monkeypatch: pytest.MonkeyPatch, names_file: Path, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(cli, "load_registry", lambda: load_registry(entry_points=False))
+    result = run("train", "--data", str(names_file), "--out", str(tmp_path / "r"))
+    assert_one_line_error(result, "no eemicrogpt backend is installed", "pip install")
+    assert "no backend installed" in run("backends").stdout
+
+
 class _Broken:
     @hookimpl
     def eemicrogpt_backends(self) -> list[BackendSpec]:
