@@ -18,7 +18,10 @@ PIP=(.venv/bin/python -m pip install -q --disable-pip-version-check)
 "${PIP[@]}" --upgrade pip setuptools wheel
 echo "== installing eemicrogpt (core) and backends"
 "${PIP[@]}" -e ".[test]"
+# One pip call: some backends depend on others (sme2_f16 on sme2_f32), so pip must see them together.
+backends=()
 for backend in backends/*/; do
-  [ -f "$backend/pyproject.toml" ] && "${PIP[@]}" "$backend"
+  [ -f "$backend/pyproject.toml" ] && backends+=("./$backend")
 done
+"${PIP[@]}" "${backends[@]}"
 .venv/bin/eemicrogpt backends
