@@ -104,9 +104,9 @@ def _fresh_setup(
 ) -> tuple[TrainConfig, RunDir, PreparedData]:
     """Resolve config, backend and data, and check all of them before a run directory is created."""
     cfg = load_config(config, overrides)
-    data_path = resolve_data_path(data, cfg.data)
-    cfg = dataclasses.replace(cfg, backend=resolve_backend(backend, cfg.backend), data=str(data_path))
-    registry.select(cfg.backend, cfg.shape, cfg.batch, cfg.dtype)
+    cfg = dataclasses.replace(cfg, backend=resolve_backend(backend, cfg.backend))
+    registry.select(cfg.backend, cfg.shape, cfg.batch, cfg.dtype)  # before any download: fail fast
+    cfg = dataclasses.replace(cfg, data=str(resolve_data_path(data, cfg.data)))
     prepared = prepare_data(cfg)
     run = RunDir.create(cfg.out, cfg)
     return dataclasses.replace(cfg, out=str(run.path)), run, prepared

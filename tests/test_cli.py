@@ -215,3 +215,12 @@ def test_console_script_error_has_no_traceback(tmp_path: Path) -> None:
     )
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [f"eemicrogpt: error: config file not found: {tmp_path}/absent.yaml"]
+
+
+def test_unknown_backend_is_reported_before_any_download(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    def no_download(url: str) -> bytes:
+        raise AssertionError(f"tried to download {url} before checking the backend")
+
+    monkeypatch.setattr(datafile, "urllib_fetch", no_download)
+    result = run("train", "--backend", "nope", env={"EEMICROGPT_CACHE_DIR": str(tmp_path)})
+    assert_one_line_error(result, "unknown backend 'nope'", "Choose one of: auto")
