@@ -19,6 +19,19 @@ common=(-O3 -fPIC -fvisibility=hidden -std=c11 -Wall -Wextra -Werror -Wno-unused
 $CC "${common[@]}" "$sme" -c "$src/sme2_gemm.c" -o "$obj/gemm.o"
 $CC "${common[@]}" "$arch" -c "$src/sme2_step.c" -o "$obj/step.o"
 $CC "${common[@]}" -O2 -march=armv8-a -c "$src/sme2_cpu.c" -o "$obj/cpu.o"
+# The step and the probe must stay free of SVE/SME instructions (they run outside streaming mode, and
+# the probe on CPUs without SME): check the objects rather than trust the flags.
+objdump=$(command -v llvm-objdump-19 || command -v llvm-objdump || true)
+if [ -n "$objdump" ]; then
+  for o in step cpu; do
+    if "$objdump" -d --mattr=+sve2,+sme2 "$obj/$o.o" | grep -Eq '[[:space:]]z[0-9]+\.|smstart|smstop|rdsvl|ptrue'; then
+      echo "error: SVE/SME instructions in sme2_$o.c's object" >&2
+      exit 1
+    fi
+  done
+else
+  echo "note: llvm-objdump not found; the no-SVE check of sme2_step.o/sme2_cpu.o was not run" >&2
+fi
 mkdir -p "$(dirname "$out")"
 $CC -shared -Wl,-z,defs -Wl,--exclude-libs,ALL "$obj/gemm.o" "$obj/step.o" "$obj/cpu.o" "$A64_RT" -lm \
   -o "$out"

@@ -51,9 +51,9 @@ EMG_HIDDEN void sme_gemm(const emg_gemm *g);
 /* n GEMMs back to back in a single streaming session (the batch-hoisted weight gradients). */
 EMG_HIDDEN void sme_gemm_many(const emg_gemm *g, int n);
 
-/* CPU capability (sme2_cpu.c, built without SME flags so it can run anywhere). */
+/* CPU capability (sme2_cpu.c, built without SME flags so it can run anywhere): emg_create's guard, so
+ * that a session on a CPU without the features fails with EMG_ERR_UNSUPPORTED instead of SIGILL. */
 enum { SME_CPU_OK = 0, SME_CPU_NO_SME2 = 1, SME_CPU_NO_F16F16 = 2 };
-EMG_EXPORT int emg_sme_cpu_status(int need_f16f16);
-EMG_EXPORT int emg_sme_svl_bytes(void);
+EMG_HIDDEN int emg_sme_cpu_status(int need_f16f16);
 
 #endif
