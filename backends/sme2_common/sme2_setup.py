@@ -9,6 +9,7 @@ on any aarch64 CPU, so those two are compiled separately and linked in as object
 from __future__ import annotations
 
 import os
+import platform
 import sys
 from pathlib import Path
 from typing import Any
@@ -55,7 +56,15 @@ class BuildSme2(build_ext):
         super().build_extension(ext)
 
 
+def native_host() -> bool:
+    """aarch64 Linux or macOS: where the library can be built and run."""
+    return sys.platform in ("linux", "darwin") and platform.machine().lower() in ("aarch64", "arm64")
+
+
 def sme2_setup_kwargs(extension: str, f16: bool) -> dict[str, Any]:
+    """The Extension and build command on a native host; nothing elsewhere (a pure-Python install)."""
+    if not native_host():
+        return {}
     arch = "-march=armv8.7-a+sme2" + ("+sme-f16f16" if f16 else "")  # not armv9-a: see build_aarch64.sh
     ext = Extension(
         extension,

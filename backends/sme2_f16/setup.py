@@ -1,21 +1,18 @@
-"""sme2_f16's plain C shared library (loaded with cffi, never imported), from ../sme2_common.
+"""Builds sme2_f16 (fp16 FMOPA)'s plain C library from ../sme2_common on aarch64 Linux/macOS only.
 
-Declared only on aarch64 Linux/macOS; elsewhere the package installs as pure Python and its probe says
-why the backend is unavailable. The aarch64 lane cross-builds the same sources with build_aarch64.sh.
+Elsewhere (and when staged without the sibling sources) the package installs as pure Python and its
+probe says why the backend is unavailable. The aarch64 lane cross-builds with build_aarch64.sh instead.
 """
 
-import platform
 import sys
 from pathlib import Path
 
 from setuptools import setup
 
-COMMON = Path(__file__).resolve().parent.parent / "sme2_common"
-
-if sys.platform in ("linux", "darwin") and platform.machine().lower() in ("aarch64", "arm64"):
-    sys.path.insert(0, str(COMMON))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "sme2_common"))
+try:
     from sme2_setup import sme2_setup_kwargs
-
-    setup(**sme2_setup_kwargs("eemicrogpt_backend_sme2_f16._emg_sme2_f16", f16=True))
-else:
+except ImportError:
     setup()
+else:
+    setup(**sme2_setup_kwargs("eemicrogpt_backend_sme2_f16._emg_sme2_f16", f16=True))

@@ -29,35 +29,32 @@ def os_name() -> str:
     return sys.platform
 
 
-def _libc() -> ctypes.CDLL:
-    return ctypes.CDLL(None, use_errno=True)
+def _libc_function(name: str, restype: type, *argtypes: type):
+    """A libc function with its C signature declared (ctypes would assume int everywhere)."""
+    function = getattr(ctypes.CDLL(None), name)
+    function.restype, function.argtypes = restype, list(argtypes)
+    return function
 
 
 def linux_hwcap2() -> int:
     """The AT_HWCAP2 auxiliary vector entry of this process."""
-    getauxval = _libc().getauxval
-    getauxval.restype = ctypes.c_ulong  # the default c_int would truncate bits >= 32 and hide SME2
-    getauxval.argtypes = [ctypes.c_ulong]
-    return int(getauxval(AT_HWCAP2))
+    # c_ulong, not the default c_int: HWCAP2_SME2 is bit 37 and would be cut off.
+    return int(_libc_function("getauxval", ctypes.c_ulong, ctypes.c_ulong)(AT_HWCAP2))
 
 
 def linux_sme_vl_bytes() -> int:
     """The streaming vector length in bytes from prctl(PR_SME_GET_VL); 0 if the kernel refuses."""
-    prctl = _libc().prctl
-    prctl.restype = ctypes.c_int
-    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
-    value = prctl(PR_SME_GET_VL, 0, 0, 0, 0)
-    return value & PR_SME_VL_LEN_MASK if value > 0 else 0
+    args = (ctypes.c_int, *(ctypes.c_ulong,) * 4)
+    status = _libc_function("prctl", ctypes.c_int, *args)(PR_SME_GET_VL, 0, 0, 0, 0)
+    return max(status, 0) & PR_SME_VL_LEN_MASK
 
 
 def macos_sysctl_int(name: str) -> int:
-    """An integer sysctl; a missing key reads as 0 (what macOS means by it)."""
-    libc = ctypes.CDLL("/usr/lib/libSystem.B.dylib")
-    value = ctypes.c_int64(0)
-    size = ctypes.c_size_t(ctypes.sizeof(value))
-    if libc.sysctlbyname(name.encode(), ctypes.byref(value), ctypes.byref(size), None, ctypes.c_size_t(0)):
-        return 0
-    return int(value.value)
+    """sysctlbyname() as an integer; 0 when the key does not exist (how macOS says "feature absent")."""
+    system = ctypes.CDLL("/usr/lib/libSystem.B.dylib")
+    out, out_size = ctypes.c_int64(0), ctypes.c_size_t(8)
+    failed = system.sysctlbyname(ctypes.c_char_p(name.encode()), ctypes.byref(out), ctypes.byref(out_size), None, 0)
+    return 0 if failed else out.value
 
 
 def _needs(f16f16: bool) -> str:

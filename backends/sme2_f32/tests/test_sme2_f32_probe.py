@@ -20,69 +20,70 @@ ON_ARM = platform.machine().lower() in probe.ARM_MACHINES
 X86_REASON = "sme2_f32: requires an aarch64 CPU with FEAT_SME2; this machine is x86_64"
 
 
-def _spec():
+def _probe_result():
     (found,) = plugin.eemicrogpt_backends()
-    return found
+    return found.probe()
+
+
+class FakeCpu:
+    """Replaces what the probe reads from the OS, and makes loading any native library an error."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.monkeypatch = monkeypatch
+
+        def no_native(*args: object) -> None:
+            raise AssertionError("a probe must not load native code")
+
+        monkeypatch.setattr(native, "load_library", no_native)
+        monkeypatch.setattr(native.cffi.FFI, "dlopen", no_native)
+
+    def set(self, machine: str, system: str = "linux", hwcap2: int = 0) -> None:
+        self.monkeypatch.setattr(probe, "machine", lambda: machine)
+        self.monkeypatch.setattr(probe, "os_name", lambda: system)
+        self.monkeypatch.setattr(probe, "linux_hwcap2", lambda: hwcap2)
 
 
 @pytest.fixture
-def no_native_code(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Fail the test if anything loads a native library of ours (probes must not)."""
-
-    def refuse(*args: object) -> None:
-        raise AssertionError("the probe loaded a native library")
-
-    monkeypatch.setattr(native, "load_library", refuse)
-    monkeypatch.setattr(native.cffi.FFI, "dlopen", refuse)
+def cpu(monkeypatch: pytest.MonkeyPatch) -> FakeCpu:
+    return FakeCpu(monkeypatch)
 
 
-@pytest.fixture
-def arm_linux(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(probe, "machine", lambda: "aarch64")
-    monkeypatch.setattr(probe, "os_name", lambda: "linux")
-
-
-def test_non_arm_machine_gets_the_documented_reason(monkeypatch: pytest.MonkeyPatch, no_native_code: None) -> None:
-    monkeypatch.setattr(probe, "machine", lambda: "x86_64")
-    result = _spec().probe()
+def test_non_arm_machine_gets_the_documented_reason(cpu: FakeCpu) -> None:
+    cpu.set("x86_64")
+    result = _probe_result()
     assert (result.available, result.reason, result.score) == (False, X86_REASON, 0)
 
 
-@pytest.mark.usefixtures("arm_linux", "no_native_code")
-def test_missing_sme2_is_unavailable(monkeypatch: pytest.MonkeyPatch) -> None:
-    # SME without SME2 (bit 23 only), as an Armv9.0 SME core would report
-    monkeypatch.setattr(probe, "linux_hwcap2", lambda: 1 << 23)
-    result = _spec().probe()
+def test_missing_sme2_is_unavailable(cpu: FakeCpu) -> None:
+    cpu.set("aarch64", hwcap2=1 << 23)  # SME without SME2, as an Armv9.0 SME core reports
+    result = _probe_result()
     assert not result.available
     assert result.reason == "sme2_f32: this aarch64 CPU does not report SME2 (HWCAP2_SME2 missing from AT_HWCAP2)"
 
 
-@pytest.mark.usefixtures("arm_linux")
 def test_missing_library_is_unavailable(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setattr(probe, "linux_hwcap2", lambda: probe.HWCAP2_SME2)
+    monkeypatch.setattr(probe, "unavailable_reason", lambda name, f16f16: None)  # CPU fine, library absent
     built = spec.sme2_spec("sme2_f32", "test", tmp_path, plugin.LIBRARY_STEM, f16f16=False, score=60)
     result = built.probe()
     assert not result.available
     assert "was not built" in result.reason and str(tmp_path) in result.reason
 
 
-@pytest.mark.parametrize(("sme2", "available"), [(1, True), (0, False)])
-def test_macos_reads_the_sme2_sysctl(monkeypatch: pytest.MonkeyPatch, sme2: int, available: bool) -> None:
-    asked: list[str] = []
-    monkeypatch.setattr(probe, "machine", lambda: "arm64")
-    monkeypatch.setattr(probe, "os_name", lambda: "darwin")
-    monkeypatch.setattr(probe, "macos_sysctl_int", lambda name: asked.append(name) or sme2)
-    reason = probe.unavailable_reason("sme2_f32", f16f16=False)
-    assert asked == ["hw.optional.arm.FEAT_SME2"]
-    assert (reason is None) == available
-    if not available:
-        assert "hw.optional.arm.FEAT_SME2 is 0" in reason
+@pytest.mark.parametrize(("keys", "reason"), [
+    ({"hw.optional.arm.FEAT_SME2": 1}, None),
+    ({}, "sme2_f32: this Mac does not report SME2 (sysctl hw.optional.arm.FEAT_SME2 is 0)"),
+])
+def test_macos_reads_the_sme2_sysctl(
+    cpu: FakeCpu, monkeypatch: pytest.MonkeyPatch, keys: dict[str, int], reason: str | None
+) -> None:
+    cpu.set("arm64", system="darwin")
+    monkeypatch.setattr(probe, "macos_sysctl_int", lambda name: keys.get(name, 0))  # absent key = 0
+    assert probe.unavailable_reason("sme2_f32", f16f16=False) == reason
 
 
-def test_other_operating_systems_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(probe, "machine", lambda: "aarch64")
-    monkeypatch.setattr(probe, "os_name", lambda: "freebsd14")
-    assert probe.unavailable_reason("sme2_f32", False) == (
+def test_other_operating_systems_are_refused(cpu: FakeCpu) -> None:
+    cpu.set("aarch64", system="freebsd14", hwcap2=probe.HWCAP2_SME2)
+    assert _probe_result().reason == (
         "sme2_f32: CPU feature detection is implemented for Linux and macOS only, not freebsd14"
     )
 
@@ -133,15 +134,14 @@ def test_library_refuses_a_cpu_without_sme2() -> None:
     ],
 )
 def test_declared_shapes(d_model: int, n_heads: int, batch: int, message: str | None) -> None:
-    assert _spec().unsupported_reason(ModelShape(d_model, n_heads), batch) == message
+    (found,) = plugin.eemicrogpt_backends()
+    assert found.unsupported_reason(ModelShape(d_model, n_heads), batch) == message
 
 
 def test_auto_prefers_sme2_f32_from_d64_and_never_sme2_f16(monkeypatch: pytest.MonkeyPatch) -> None:
     """With SME2 + F16F16 reported and the libraries present, `auto` takes sme2_f32 where it can run."""
-    monkeypatch.setattr(probe, "machine", lambda: "aarch64")
-    monkeypatch.setattr(probe, "os_name", lambda: "linux")
-    monkeypatch.setattr(probe, "linux_hwcap2", lambda: probe.HWCAP2_SME2 | probe.HWCAP2_SME_F16F16)
-    monkeypatch.setattr(probe, "linux_sme_vl_bytes", lambda: 64)
+    monkeypatch.setattr(probe, "unavailable_reason", lambda name, f16f16: None)
+    monkeypatch.setattr(probe, "streaming_vector_bits", lambda: 512)
     monkeypatch.setattr(spec, "find_library", lambda directory, stem: Path(directory) / f"{stem}.so")
     monkeypatch.setenv(DISABLE_ENV, "x86")  # the host's AVX backends would outrank everything here
     registry = load_registry()
