@@ -19,40 +19,33 @@ from eemicrogpt_core.registry import load_registry
 ON_ARM = platform.machine().lower() in probe.ARM_MACHINES
 
 
-def _spec():
+def _reason_on(monkeypatch: pytest.MonkeyPatch, machine: str, system: str, **facts: int) -> str | None:
+    """sme2_f16's probe verdict on a pretend CPU: `facts` are AT_HWCAP2 (hwcap2) or sysctl keys."""
+    monkeypatch.setattr(probe, "machine", lambda: machine)
+    monkeypatch.setattr(probe, "os_name", lambda: system)
+    monkeypatch.setattr(probe, "linux_hwcap2", lambda: facts.get("hwcap2", 0))
+    monkeypatch.setattr(probe, "macos_sysctl_int", lambda key: facts.get(key.rsplit(".", 1)[-1], 0))
     (found,) = plugin.eemicrogpt_backends()
-    return found
+    result = found.probe()
+    assert result.available == (result.reason.startswith("SME2")), result.reason
+    return None if result.available else result.reason
 
 
 def test_non_arm_machine_gets_the_documented_reason(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(probe, "machine", lambda: "x86_64")
-    result = _spec().probe()
-    assert not result.available
-    assert result.reason == (
+    assert _reason_on(monkeypatch, "x86_64", "linux") == (
         "sme2_f16: requires an aarch64 CPU with FEAT_SME2 and FEAT_SME_F16F16; this machine is x86_64"
     )
 
 
 def test_sme2_without_f16f16_is_unavailable(monkeypatch: pytest.MonkeyPatch) -> None:
     """Apple M4's case on Linux: SME2 reported, SME_F16F16 not."""
-    monkeypatch.setattr(probe, "machine", lambda: "aarch64")
-    monkeypatch.setattr(probe, "os_name", lambda: "linux")
-    monkeypatch.setattr(probe, "linux_hwcap2", lambda: probe.HWCAP2_SME2)
-    result = _spec().probe()
-    assert not result.available
-    assert "HWCAP2_SME_F16F16 missing" in result.reason and result.reason.startswith("sme2_f16: ")
+    reason = _reason_on(monkeypatch, "aarch64", "linux", hwcap2=probe.HWCAP2_SME2)
+    assert reason is not None and reason.startswith("sme2_f16: ") and "HWCAP2_SME_F16F16 missing" in reason
 
 
-@pytest.mark.parametrize(("f16f16", "available"), [(1, True), (0, False)])
-def test_macos_reads_the_f16f16_sysctl(monkeypatch: pytest.MonkeyPatch, f16f16: int, available: bool) -> None:
-    monkeypatch.setattr(probe, "machine", lambda: "arm64")
-    monkeypatch.setattr(probe, "os_name", lambda: "darwin")
-    values = {"hw.optional.arm.FEAT_SME2": 1, "hw.optional.arm.FEAT_SME_F16F16": f16f16}
-    monkeypatch.setattr(probe, "macos_sysctl_int", lambda name: values[name])
-    reason = probe.unavailable_reason("sme2_f16", f16f16=True)
-    assert (reason is None) == available
-    if not available:
-        assert "hw.optional.arm.FEAT_SME_F16F16 is 0" in reason
+def test_macos_without_f16f16_is_unavailable(monkeypatch: pytest.MonkeyPatch) -> None:
+    reason = _reason_on(monkeypatch, "arm64", "darwin", FEAT_SME2=1)
+    assert reason is not None and "hw.optional.arm.FEAT_SME_F16F16 is 0" in reason
 
 
 def test_real_probe_on_this_machine() -> None:
