@@ -12,6 +12,7 @@ from __future__ import annotations
 import ctypes
 import platform
 import sys
+from dataclasses import dataclass
 
 AT_HWCAP2 = 26
 HWCAP2_SME2 = 1 << 37
@@ -57,36 +58,48 @@ def macos_sysctl_int(name: str) -> int:
     return 0 if failed else out.value
 
 
-def _needs(f16f16: bool) -> str:
-    return "FEAT_SME2 and FEAT_SME_F16F16" if f16f16 else "FEAT_SME2"
+@dataclass(frozen=True)
+class Feature:
+    """One CPU feature and where each OS reports it."""
+
+    name: str
+    hwcap2_name: str
+    hwcap2_bit: int
+    sysctl: str
+    note: str = ""
+
+
+SME2 = Feature("FEAT_SME2", "HWCAP2_SME2", HWCAP2_SME2, "hw.optional.arm.FEAT_SME2")
+SME_F16F16 = Feature(
+    "FEAT_SME_F16F16", "HWCAP2_SME_F16F16", HWCAP2_SME_F16F16, "hw.optional.arm.FEAT_SME_F16F16",
+    "; Apple M4 lacks it, M5 has it",
+)
+
+
+def _absent(feature: Feature, system: str) -> str | None:
+    """How the OS says `feature` is missing, or None when it reports it."""
+    if system == "darwin":
+        return None if macos_sysctl_int(feature.sysctl) else f"this Mac: sysctl {feature.sysctl} is 0"
+    if linux_hwcap2() & feature.hwcap2_bit:
+        return None
+    return f"this aarch64 CPU: {feature.hwcap2_name} missing from AT_HWCAP2"
 
 
 def unavailable_reason(backend: str, f16f16: bool) -> str | None:
     """None when `backend` can run here, otherwise why not (a sentence starting with "<backend>:")."""
+    features = (SME2, SME_F16F16) if f16f16 else (SME2,)
     arch = machine()
     if arch not in ARM_MACHINES:
-        return f"{backend}: requires an aarch64 CPU with {_needs(f16f16)}; this machine is {arch}"
+        needed = " and ".join(f.name for f in features)
+        return f"{backend}: requires an aarch64 CPU with {needed}; this machine is {arch}"
     system = os_name()
-    if system.startswith("linux"):
-        hwcap2 = linux_hwcap2()
-        if not hwcap2 & HWCAP2_SME2:
-            return f"{backend}: this aarch64 CPU does not report SME2 (HWCAP2_SME2 missing from AT_HWCAP2)"
-        if f16f16 and not hwcap2 & HWCAP2_SME_F16F16:
-            return (
-                f"{backend}: this CPU has SME2 but not FEAT_SME_F16F16 (HWCAP2_SME_F16F16 missing from "
-                "AT_HWCAP2); Apple M4 lacks it, M5 has it"
-            )
-        return None
-    if system == "darwin":
-        if not macos_sysctl_int("hw.optional.arm.FEAT_SME2"):
-            return f"{backend}: this Mac does not report SME2 (sysctl hw.optional.arm.FEAT_SME2 is 0)"
-        if f16f16 and not macos_sysctl_int("hw.optional.arm.FEAT_SME_F16F16"):
-            return (
-                f"{backend}: this Mac has SME2 but not FEAT_SME_F16F16 (sysctl "
-                "hw.optional.arm.FEAT_SME_F16F16 is 0); Apple M4 lacks it, M5 has it"
-            )
-        return None
-    return f"{backend}: CPU feature detection is implemented for Linux and macOS only, not {system}"
+    if not (system.startswith("linux") or system == "darwin"):
+        return f"{backend}: CPU feature detection is implemented for Linux and macOS only, not {system}"
+    for feature in features:
+        where = _absent(feature, "darwin" if system == "darwin" else "linux")
+        if where is not None:
+            return f"{backend}: requires {feature.name}, not reported ({where}){feature.note}"
+    return None
 
 
 def streaming_vector_bits() -> int:

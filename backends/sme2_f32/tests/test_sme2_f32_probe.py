@@ -58,7 +58,9 @@ def test_missing_sme2_is_unavailable(cpu: FakeCpu) -> None:
     cpu.set("aarch64", hwcap2=1 << 23)  # SME without SME2, as an Armv9.0 SME core reports
     result = _probe_result()
     assert not result.available
-    assert result.reason == "sme2_f32: this aarch64 CPU does not report SME2 (HWCAP2_SME2 missing from AT_HWCAP2)"
+    assert result.reason == (
+        "sme2_f32: requires FEAT_SME2, not reported (this aarch64 CPU: HWCAP2_SME2 missing from AT_HWCAP2)"
+    )
 
 
 def test_missing_library_is_unavailable(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -71,7 +73,7 @@ def test_missing_library_is_unavailable(monkeypatch: pytest.MonkeyPatch, tmp_pat
 
 @pytest.mark.parametrize(("keys", "reason"), [
     ({"hw.optional.arm.FEAT_SME2": 1}, None),
-    ({}, "sme2_f32: this Mac does not report SME2 (sysctl hw.optional.arm.FEAT_SME2 is 0)"),
+    ({}, "sme2_f32: requires FEAT_SME2, not reported (this Mac: sysctl hw.optional.arm.FEAT_SME2 is 0)"),
 ])
 def test_macos_reads_the_sme2_sysctl(
     cpu: FakeCpu, monkeypatch: pytest.MonkeyPatch, keys: dict[str, int], reason: str | None
