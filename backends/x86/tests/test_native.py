@@ -19,12 +19,16 @@ OK, ARGUMENT, UNSUPPORTED, NONFINITE = 0, 1, 2, 4
 @pytest.mark.parametrize(("d_model", "n_heads", "batch"), [(16, 4, 1), (16, 4, 256), (64, 8, 3), (128, 4, 256)])
 def test_gradients_at_batch_extremes(lib_path: str, d_model: int, n_heads: int, batch: int) -> None:
     shape = ModelShape(d_model, n_heads)
-    params = init_params(shape, 7) * np.float32(1.5)
-    tokens, lengths = random_batch(np.random.default_rng(batch), batch)
+    for seed in range(20):  # the first inputs whose ReLU inputs all keep clear of the kink (> 10x fp32 error)
+        params = init_params(shape, seed) * np.float32(1.5)
+        tokens, lengths = random_batch(np.random.default_rng(seed), batch)
+        want_loss, want, margin = loss_and_grads(shape, params, tokens, lengths)
+        if margin > 1e-6:
+            break
+    assert margin > 1e-6
     session = NativeSession(lib_path, shape, 256)
     session.set_state(TrainState.fresh(params))
     loss, grads = session.loss_and_grads(tokens, lengths)
-    want_loss, want = loss_and_grads(shape, params, tokens, lengths)
     assert grads is not None
     assert abs(loss - want_loss) / want_loss < 1e-6
     assert rel_rms(grads, want) < 1e-5

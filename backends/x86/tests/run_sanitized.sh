@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Build AddressSanitizer + UndefinedBehaviorSanitizer copies of the x86 libraries into a temporary
+# directory and run the x86 tests (conformance kit included) against them. Any sanitizer report aborts
+# the process, so pytest dies and this script exits non-zero.
+#   usage: backends/x86/tests/run_sanitized.sh [extra pytest args, e.g. -k d16]
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+python=${PYTHON:-python}
+include=${EEMICROGPT_INCLUDE:-$("$python" -c 'import eemicrogpt_core; print(eemicrogpt_core.get_include())')}
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+
+san=(-O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all)
+common=(-std=gnu11 -fPIC -shared -fno-math-errno -fvisibility=hidden -I"$include" -I"$here/csrc")
+kernels=("$here/csrc/step.c" "$here/csrc/session.c" "$here/csrc/peak.c")
+echo "building sanitized libraries in $out"
+gcc "${san[@]}" "${common[@]}" -mavx512f -mavx512vl -mavx512bw -mavx512dq -mfma "${kernels[@]}" \
+    -o "$out/_emg_avx512.so" -lm
+gcc "${san[@]}" "${common[@]}" -mavx2 -mfma "${kernels[@]}" -o "$out/_emg_avx2.so" -lm
+gcc "${san[@]}" "${common[@]}" "$here/csrc/probe.c" -o "$out/_emg_probe.so"
+
+export EEMICROGPT_X86_LIB_DIR="$out"
+# Python itself leaks by design: leak checking off; everything else fatal. Reports go to files because
+# pytest captures (and on abort loses) the test process's stderr; they are printed below.
+export ASAN_OPTIONS=detect_leaks=0:halt_on_error=1:abort_on_error=1:log_path=$out/asan
+export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1:log_path=$out/ubsan
+status=0
+LD_PRELOAD=$(gcc -print-file-name=libasan.so) "$python" -m pytest -q -p no:cacheprovider "$here/tests" "$@" \
+    || status=$?
+if compgen -G "$out/asan.*" > /dev/null || compgen -G "$out/ubsan.*" > /dev/null; then
+    echo "sanitizer reports:" >&2
+    for report in "$out"/asan.* "$out"/ubsan.*; do [ -e "$report" ] && cat "$report" >&2; done
+    [ "$status" -ne 0 ] || status=1
+fi
+exit "$status"
