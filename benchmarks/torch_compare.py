@@ -1,0 +1,191 @@
+"""Side by side: an idiomatic PyTorch implementation of the eemicrogpt model against our backends.
+
+Batch 16, float32, one thread everywhere. PyTorch runs eager autograd with torch.optim.Adam
+(betas 0.85/0.99, eps 1e-8) over padded [B, 16] batches (padding ignored by the loss, causal mask), which
+is how one would write it; the backends run the same steps on the same batches from the same initial
+parameters. Rounds interleave the contenders (A/B/C, A/B/C, ...) so machine noise hits all alike; the
+table reports median us/step per size and each backend's speed-up over PyTorch.
+
+    python benchmarks/torch_compare.py                 # d16..d128, avx512 and numpy_ref vs torch
+    python benchmarks/torch_compare.py --sizes 16 32 --rounds 9 --json
+"""
+
+from __future__ import annotations
+
+import os
+
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):  # before numpy/torch load
+    os.environ.setdefault(_var, "1")
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import statistics  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+from eemicrogpt_core.backend import TrainState  # noqa: E402
+from eemicrogpt_core.data import BatchSampler, encode, read_names  # noqa: E402
+from eemicrogpt_core.model import MAX_SEQ, RMS_EPS, VOCAB, ModelShape, init_params, views  # noqa: E402
+from eemicrogpt_core.optim import ADAM_BETA1, ADAM_BETA2, ADAM_EPS, lr_schedule  # noqa: E402
+from eemicrogpt_core.registry import load_registry, open_session  # noqa: E402
+
+DEFAULT_NAMES = Path(__file__).resolve().parents[2] / "shared" / "data" / "names.txt"
+STEPS_PER_ROUND = {16: 40, 32: 30, 64: 12, 128: 4}  # per contender per round: a few ms to ~0.1 s each
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError:
+        sys.exit("torch is not installed: pip install torch==2.13.0 (this comparison needs it)")
+    torch.set_num_threads(1)
+    return torch
+
+
+def build_torch_model(torch, shape: ModelShape, params: np.ndarray):
+    """The model as a PyTorch user would write it; weights copied from our flat parameter buffer."""
+    nn, F = torch.nn, torch.nn.functional
+    d, nh, hd = shape.d_model, shape.n_heads, shape.head_dim
+
+    def rms(x):
+        return x * torch.rsqrt((x * x).mean(-1, keepdim=True) + RMS_EPS)
+
+    class TinyGPT(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.tok_emb = nn.Embedding(VOCAB, d)
+            self.pos_emb = nn.Embedding(MAX_SEQ, d)
+            self.wq, self.wk, self.wv, self.wo = (nn.Linear(d, d, bias=False) for _ in range(4))
+            self.fc1, self.fc2 = nn.Linear(d, 4 * d, bias=False), nn.Linear(4 * d, d, bias=False)
+            self.lm_head = nn.Linear(d, VOCAB, bias=False)
+            self.register_buffer("causal", torch.tril(torch.ones(MAX_SEQ, MAX_SEQ, dtype=torch.bool)))
+
+        def forward(self, idx, targets):
+            b, t = idx.shape
+            x = rms(self.tok_emb(idx) + self.pos_emb(torch.arange(t)))
+            h = rms(x)
+            q, k, v = (w(h).view(b, t, nh, hd).transpose(1, 2) for w in (self.wq, self.wk, self.wv))
+            att = (q @ k.transpose(-2, -1)) / hd**0.5
+            att = att.masked_fill(~self.causal[:t, :t], float("-inf")).softmax(-1)
+            x = x + self.wo((att @ v).transpose(1, 2).reshape(b, t, d))
+            x = x + self.fc2(F.relu(self.fc1(rms(x))))
+            logits = self.lm_head(x)
+            return F.cross_entropy(logits.view(-1, VOCAB), targets.view(-1), ignore_index=-1)
+
+    model = TinyGPT()
+    w = views(shape, params)
+    with torch.no_grad():
+        for module, name in [(model.tok_emb, "tok_emb"), (model.pos_emb, "pos_emb"), (model.wq, "Wq"),
+                             (model.wk, "Wk"), (model.wv, "Wv"), (model.wo, "Wo"), (model.fc1, "Wf1"),
+                             (model.fc2, "Wf2"), (model.lm_head, "Wlm")]:
+            module.weight.copy_(torch.from_numpy(w[name].copy()))
+    return model
+
+
+def torch_batches(torch, tokens: np.ndarray, lengths: np.ndarray):
+    """Inputs [n, B, 15] and targets with -1 on padding (ignored by the loss)."""
+    idx = torch.from_numpy(tokens[:, :, :-1].astype(np.int64))
+    tgt = torch.from_numpy(tokens[:, :, 1:].astype(np.int64))
+    live = torch.arange(MAX_SEQ - 1)[None, None, :] <= torch.from_numpy(lengths.astype(np.int64))[..., None] - 2
+    return idx, tgt.masked_fill(~live, -1)
+
+
+def compare(torch, shape: ModelShape, batches, lrs: np.ndarray, backends: list[str], rounds: int) -> dict:
+    tokens, lengths = batches
+    steps = tokens.shape[0] // rounds
+    params = init_params(shape, seed=0)
+    registry = load_registry()
+    sessions = {}
+    for name in backends:
+        entry = registry.select(name, shape, tokens.shape[1])
+        sessions[name] = open_session(entry, shape, tokens.shape[1])
+        sessions[name].set_state(TrainState.fresh(params))
+    model = build_torch_model(torch, shape, params)
+    opt = torch.optim.Adam(model.parameters(), lr=float(lrs[0]), betas=(ADAM_BETA1, ADAM_BETA2), eps=ADAM_EPS)
+    idx, tgt = torch_batches(torch, tokens, lengths)
+
+    def run_torch(lo: int, hi: int) -> np.ndarray:
+        out = np.empty(hi - lo, np.float32)
+        for i in range(lo, hi):
+            for group in opt.param_groups:
+                group["lr"] = float(lrs[i])
+            opt.zero_grad(set_to_none=True)
+            loss = model(idx[i], tgt[i])
+            loss.backward()
+            opt.step()
+            out[i - lo] = loss.item()
+        return out
+
+    times: dict[str, list[float]] = {name: [] for name in ["torch", *backends]}
+    losses: dict[str, list[np.ndarray]] = {name: [] for name in times}
+    for r in range(rounds):
+        lo, hi = r * steps, (r + 1) * steps
+        for name in times:  # interleaved: every contender runs this round's steps back to back
+            start = time.perf_counter()
+            if name == "torch":
+                got = run_torch(lo, hi)
+            else:
+                got = sessions[name].train_steps(tokens[lo:hi], lengths[lo:hi], lrs[lo:hi])
+            times[name].append((time.perf_counter() - start) / steps * 1e6)
+            losses[name].append(got)
+    for session in sessions.values():
+        session.close()
+    # Round 0 includes warm-up (allocation, first touches, torch's lazy init): drop it from the medians.
+    med = {name: statistics.median(t[1:] if len(t) > 1 else t) for name, t in times.items()}
+    ref = np.concatenate(losses["torch"])
+    return {
+        "d_model": shape.d_model,
+        "steps": steps * rounds,
+        "us_per_step": med,
+        "speedup_vs_torch": {name: med["torch"] / med[name] for name in backends},
+        "max_loss_diff_vs_torch_first_10": {
+            name: float(np.max(np.abs(np.concatenate(losses[name])[:10] - ref[:10]))) for name in backends
+        },
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sizes", type=int, nargs="+", default=[16, 32, 64, 128])
+    ap.add_argument("--backends", nargs="+", default=["avx512", "numpy_ref"])
+    ap.add_argument("--rounds", type=int, default=7, help="interleaved rounds (the first is warm-up)")
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--names", type=Path, default=DEFAULT_NAMES)
+    ap.add_argument("--json", action="store_true", help="print JSON instead of the table")
+    args = ap.parse_args(argv)
+    if args.rounds < 2:
+        ap.error("--rounds must be >= 2 (the first round is warm-up)")
+    if not args.names.is_file():
+        ap.error(f"names file not found: {args.names} (pass --names)")
+    torch = _torch()
+    data, _ = encode(read_names(args.names, drop_invalid=True).names)
+    results = []
+    for d in args.sizes:
+        shape = ModelShape(d, 4)
+        steps = STEPS_PER_ROUND.get(d, 4) * args.rounds
+        batches = BatchSampler(data, args.batch, seed=1234, stream=7).sample(steps)
+        lrs = lr_schedule(1, steps, steps, 0.003)
+        results.append(compare(torch, shape, batches, lrs, args.backends, args.rounds))
+    if args.json:
+        print(json.dumps({"torch_version": torch.__version__, "batch": args.batch, "results": results}, indent=2))
+        return 0
+    print(f"torch {torch.__version__}, batch {args.batch}, 1 thread; median us/step over {args.rounds - 1} "
+          "interleaved rounds (speed-up = torch / backend)")
+    head = ["d_model", "torch"] + [f"{b}" for b in args.backends] + [f"x {b}" for b in args.backends]
+    print(" | ".join(f"{h:>12}" for h in head))
+    for row in results:
+        cells = [str(row["d_model"]), f"{row['us_per_step']['torch']:.1f}"]
+        cells += [f"{row['us_per_step'][b]:.1f}" for b in args.backends]
+        cells += [f"{row['speedup_vs_torch'][b]:.1f}x" for b in args.backends]
+        print(" | ".join(f"{c:>12}" for c in cells))
+    for row in results:
+        diffs = ", ".join(f"{b} {v:.1e}" for b, v in row["max_loss_diff_vs_torch_first_10"].items())
+        print(f"d{row['d_model']}: largest loss difference vs torch over the first 10 steps: {diffs}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
