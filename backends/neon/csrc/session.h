@@ -1,0 +1,36 @@
+/* The session object behind the ABI's opaque emg_session, and the table of specialised kernels. */
+#ifndef EMG_NEON_SESSION_H
+#define EMG_NEON_SESSION_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "eemicrogpt.h"
+
+typedef struct emg_kernel {
+    int d_model, n_heads;
+    size_t work_bytes; /* per-sequence activations and gradients */
+    /* Zeroes s->grads, then fills it with d(mean loss)/d(params) of the batch; returns the mean loss. */
+    float (*loss_grad)(emg_session *s, int batch, const uint8_t *tokens, const uint8_t *lengths);
+    /* Rebuilds the transposed weight copies from s->params (after Adam or set_state). */
+    void (*sync_transposed)(emg_session *s);
+} emg_kernel;
+
+struct emg_session {
+    const emg_kernel *kernel;
+    int max_batch;
+    long n_params;
+    int64_t step;
+    float *params, *adam_m, *adam_v, *grads;
+    float *wt;   /* transposed copies: Wqkv^T [D][3D], Wo^T [D][D], Wf1^T [D][4D], Wf2^T [4D][D] */
+    void *work;
+};
+
+/* One table entry per specialised translation unit (step_d*.c). */
+extern const emg_kernel emg_kernel_d16h4, emg_kernel_d32h4, emg_kernel_d64h4, emg_kernel_d128h4,
+    emg_kernel_d128h8;
+
+/* Adam over the whole flat buffer with the header's constants (adam.c). */
+void emg_adam_update(float *params, const float *grads, float *m, float *v, long n, int64_t step, float lr);
+
+#endif

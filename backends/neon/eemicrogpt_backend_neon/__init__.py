@@ -1,0 +1,1 @@
+"""neon: the eemicrogpt training step in ARM Advanced SIMD C."""

@@ -1,0 +1,66 @@
+"""Does this CPU have Advanced SIMD (Neon)? Asked of the OS through ctypes: no code of ours runs natively.
+
+Linux: getauxval(AT_HWCAP) must report HWCAP_ASIMD and, because the kernels are compiled for
+armv8.2-a+fp16, HWCAP_FPHP and HWCAP_ASIMDHP too. macOS: sysctlbyname("hw.optional.AdvSIMD") (every Apple
+silicon core is Armv8.4 or later). The readers are
+module-level functions so tests can replace them (QEMU cannot remove Advanced SIMD from an aarch64 CPU).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import platform
+import sys
+
+AT_HWCAP = 16
+HWCAP_ASIMD = 1 << 1
+HWCAP_FPHP = 1 << 9
+HWCAP_ASIMDHP = 1 << 10
+ARM_MACHINES = ("aarch64", "arm64")
+
+
+def machine() -> str:
+    return platform.machine().lower() or "unknown"
+
+
+def os_name() -> str:
+    return sys.platform
+
+
+def linux_hwcap() -> int:
+    """The AT_HWCAP auxiliary vector entry of this process."""
+    libc = ctypes.CDLL(None)
+    getauxval = libc.getauxval
+    getauxval.restype = ctypes.c_ulong  # the default c_int would truncate bits >= 32
+    getauxval.argtypes = [ctypes.c_ulong]
+    return int(getauxval(AT_HWCAP))
+
+
+def macos_sysctl_int(name: str) -> int:
+    """An integer sysctl; a missing key reads as 0 (what macOS means by it)."""
+    libc = ctypes.CDLL("/usr/lib/libSystem.B.dylib")
+    value = ctypes.c_int64(0)
+    size = ctypes.c_size_t(ctypes.sizeof(value))
+    if libc.sysctlbyname(name.encode(), ctypes.byref(value), ctypes.byref(size), None, ctypes.c_size_t(0)):
+        return 0
+    return int(value.value)
+
+
+def unavailable_reason() -> str | None:
+    """None when Advanced SIMD is usable here, otherwise why not (a sentence starting with "neon:")."""
+    arch = machine()
+    if arch not in ARM_MACHINES:
+        return f"neon: requires an aarch64 CPU with Advanced SIMD; this machine is {arch}"
+    system = os_name()
+    if system.startswith("linux"):
+        hwcap = linux_hwcap()
+        if not hwcap & HWCAP_ASIMD:
+            return "neon: this aarch64 CPU does not report Advanced SIMD (HWCAP_ASIMD missing from AT_HWCAP)"
+        if (hwcap & (HWCAP_FPHP | HWCAP_ASIMDHP)) != HWCAP_FPHP | HWCAP_ASIMDHP:
+            return "neon: the kernels are built for Armv8.2-A with FP16; this CPU lacks FP16 (HWCAP_ASIMDHP)"
+        return None
+    if system == "darwin":
+        if not macos_sysctl_int("hw.optional.AdvSIMD"):
+            return "neon: this Mac does not report Advanced SIMD (sysctl hw.optional.AdvSIMD is 0)"
+        return None
+    return f"neon: CPU feature detection is implemented for Linux and macOS only, not {system}"
