@@ -1,0 +1,1 @@
+"""example_c: a minimal third-party eemicrogpt backend in portable C."""
