@@ -1,6 +1,10 @@
-/* Causal multi-head attention over one packed sequence (L live rows, L <= 15).
- * qkv rows are [q | k | v] (3*D floats); att keeps the softmax rows, 16 floats per (row, head), zero past
- * the diagonal, for the backward pass. HD = D / H is a compile-time constant at every call site. */
+/* Causal multi-head attention over one packed sequence (L live rows, L <= 15), vectorised along the
+ * query position t: a sequence fits one 16-lane row (MAX_SEQ = 16), so for each head the scores are
+ * L rows S^T[u][t] (key u, lanes t) and the softmax over u is element-wise across rows (max, exp, sum):
+ * no horizontal reductions. Row-major q/k/v/out rows are transposed into [feature][16] tiles per sequence.
+ *
+ * att keeps P^T per (head, key row): att[(h * L + u) * 16 + t], zero where t < u, for the backward pass.
+ * HD = D / H is a compile-time constant at every call site. */
 #ifndef EMG_X86_ATTENTION_H
 #define EMG_X86_ATTENTION_H
 
@@ -9,68 +13,130 @@
 
 #include "expf.h"
 
-#define ATT_ROW 16 /* floats per (row, head) softmax row: MAX_SEQ */
+#define ATT_ROW 16 /* lanes of one attention row: MAX_SEQ */
+#define ATT_ALIGN __attribute__((aligned(64)))
+
+/* dst[j][t] = src[t * ld + j] for t < L (lanes t >= L zero), j < n. */
+AI void to_lanes(const int n, const float *src, int ld, int L, float *dst) {
+    memset(dst, 0, sizeof(float) * (size_t)n * ATT_ROW);
+    for (int t = 0; t < L; t++)
+        for (int j = 0; j < n; j++) dst[j * ATT_ROW + t] = src[t * ld + j];
+}
+
+/* dst[t * ld + j] = src[j][t] for t < L, j < n. */
+AI void from_lanes(const int n, const float *src, int L, float *dst, int ld) {
+    for (int t = 0; t < L; t++)
+        for (int j = 0; j < n; j++) dst[t * ld + j] = src[j * ATT_ROW + t];
+}
+
+/* The L x L block of a [16][16] tile, transposed (entries outside the block are not read or written). */
+AI void transpose_block(const float *src, int L, float *dst) {
+    for (int a = 0; a < L; a++)
+        for (int b = 0; b < L; b++) dst[b * ATT_ROW + a] = src[a * ATT_ROW + b];
+}
 
 AI void attn_fwd(const int D, const int H, const float *qkv, float *o, float *att, int L) {
     const int HD = D / H, QS = 3 * D;
     const float scale = 1.0f / sqrtf((float)HD);
-    for (int t = 0; t < L; t++) {
-        for (int h = 0; h < H; h++) {
-            float *s = att + (t * H + h) * ATT_ROW;
-            const float *q = qkv + t * QS + h * HD;
-            for (int u = 0; u <= t; u++) {
-                const float *k = qkv + u * QS + D + h * HD;
-                float acc = 0.0f;
-                for (int j = 0; j < HD; j++) acc += q[j] * k[j];
-                s[u] = acc * scale;
+    float qt[D * ATT_ROW] ATT_ALIGN, ot[D * ATT_ROW] ATT_ALIGN;
+    to_lanes(D, qkv, QS, L, qt);
+    for (int h = 0; h < H; h++) {
+        float *pt = att + h * L * ATT_ROW;
+        vf mx[ATT_ROW / VW], sum[ATT_ROW / VW];
+        for (int c = 0; c < ATT_ROW / VW; c++) mx[c] = v_set1(-INFINITY), sum[c] = v_zero();
+        for (int u = 0; u < L; u++) { /* scores of key u against every query t (valid for t >= u) */
+            const float *k = qkv + u * QS + D + h * HD;
+            for (int c = 0; c < ATT_ROW; c += VW) {
+                vf s = v_zero();
+                for (int j = 0; j < HD; j++) s = v_fma(v_set1(k[j]), v_load(qt + (h * HD + j) * ATT_ROW + c), s);
+                s = v_from_n_or(v_mul(s, v_set1(scale)), u - c, -INFINITY);
+                mx[c / VW] = v_max(mx[c / VW], s);
+                v_store(pt + u * ATT_ROW + c, s);
             }
-            softmax_row(s, t + 1, ATT_ROW);
-            float out[HD];
-            for (int j = 0; j < HD; j++) out[j] = 0.0f;
-            for (int u = 0; u <= t; u++) {
-                const float *v = qkv + u * QS + 2 * D + h * HD;
-                const float pu = s[u];
-                for (int j = 0; j < HD; j++) out[j] += pu * v[j];
+        }
+        for (int u = 0; u < L; u++)
+            for (int c = 0; c < ATT_ROW; c += VW) {
+                vf e = v_exp(v_sub(v_load(pt + u * ATT_ROW + c), mx[c / VW]));
+                sum[c / VW] = v_add(sum[c / VW], e);
+                v_store(pt + u * ATT_ROW + c, e);
             }
-            memcpy(o + t * D + h * HD, out, sizeof out);
+        for (int c = 0; c < ATT_ROW; c += VW) sum[c / VW] = v_div(v_set1(1.0f), sum[c / VW]);
+        for (int j = 0; j < HD; j++)
+            for (int c = 0; c < ATT_ROW; c += VW) v_store(ot + (h * HD + j) * ATT_ROW + c, v_zero());
+        for (int u = 0; u < L; u++) {
+            const float *v = qkv + u * QS + 2 * D + h * HD;
+            for (int c = 0; c < ATT_ROW; c += VW) {
+                vf p = v_mul(v_load(pt + u * ATT_ROW + c), sum[c / VW]);
+                v_store(pt + u * ATT_ROW + c, p);
+                for (int j = 0; j < HD; j++) {
+                    float *dst = ot + (h * HD + j) * ATT_ROW + c;
+                    v_store(dst, v_fma(v_set1(v[j]), p, v_load(dst)));
+                }
+            }
         }
     }
+    from_lanes(D, ot, L, o, D);
 }
 
-/* dqkv (the sequence's L rows, all 3*D columns) = gradient of the attention output gradient dout. */
+/* dqkv (the sequence's L rows, all 3*D columns) from the attention output gradient dout. */
 AI void attn_bwd(const int D, const int H, const float *qkv, const float *att, const float *dout, float *dqkv,
                  int L) {
     const int HD = D / H, QS = 3 * D;
     const float scale = 1.0f / sqrtf((float)HD);
-    memset(dqkv, 0, sizeof(float) * (size_t)L * QS);
-    for (int t = 0; t < L; t++) {
-        for (int h = 0; h < H; h++) {
-            const float *p = att + (t * H + h) * ATT_ROW;
-            const float *g = dout + t * D + h * HD;
-            const float *q = qkv + t * QS + h * HD;
-            float ds[ATT_ROW], dot = 0.0f;
-            for (int u = 0; u <= t; u++) {
-                const float *v = qkv + u * QS + 2 * D + h * HD;
-                float acc = 0.0f;
-                for (int j = 0; j < HD; j++) acc += g[j] * v[j];
-                ds[u] = acc;
-                dot += p[u] * acc;
+    float dot[D * ATT_ROW] ATT_ALIGN;                     /* dout^T: [feature][t] */
+    float dqt[D * ATT_ROW] ATT_ALIGN;                     /* dq^T:   [feature][t] */
+    float dkt[D * ATT_ROW] ATT_ALIGN, dvt[D * ATT_ROW] ATT_ALIGN; /* [feature][u] */
+    float ds_t[ATT_ROW * ATT_ROW] ATT_ALIGN;              /* dS^T[u][t] */
+    float p_r[ATT_ROW * ATT_ROW] ATT_ALIGN, ds_r[ATT_ROW * ATT_ROW] ATT_ALIGN; /* P[t][u], dS[t][u] */
+    to_lanes(D, dout, D, L, dot);
+    memset(dqt, 0, sizeof dqt);
+    memset(dkt, 0, sizeof dkt);
+    memset(dvt, 0, sizeof dvt);
+    memset(p_r, 0, sizeof p_r); /* outside the L x L block these stay zero for every head */
+    memset(ds_r, 0, sizeof ds_r);
+    for (int h = 0; h < H; h++) {
+        const float *pt = att + h * L * ATT_ROW;
+        vf rowdot[ATT_ROW / VW];
+        for (int c = 0; c < ATT_ROW / VW; c++) rowdot[c] = v_zero();
+        for (int u = 0; u < L; u++) { /* dP^T[u][t] = dout[t] . v[u] (this head) */
+            const float *v = qkv + u * QS + 2 * D + h * HD;
+            for (int c = 0; c < ATT_ROW; c += VW) {
+                vf dp = v_zero();
+                for (int j = 0; j < HD; j++) dp = v_fma(v_set1(v[j]), v_load(dot + (h * HD + j) * ATT_ROW + c), dp);
+                rowdot[c / VW] = v_fma(v_load(pt + u * ATT_ROW + c), dp, rowdot[c / VW]);
+                v_store(ds_t + u * ATT_ROW + c, dp);
             }
-            float dq[HD];
-            for (int j = 0; j < HD; j++) dq[j] = 0.0f;
-            for (int u = 0; u <= t; u++) {
-                const float d = p[u] * (ds[u] - dot) * scale;
-                const float *k = qkv + u * QS + D + h * HD;
-                float *dk = dqkv + u * QS + D + h * HD, *dv = dqkv + u * QS + 2 * D + h * HD;
+        }
+        for (int u = 0; u < L; u++) { /* dS = P (dP - sum_u P dP), times the score scale */
+            const float *k = qkv + u * QS + D + h * HD;
+            for (int c = 0; c < ATT_ROW; c += VW) {
+                vf p = v_load(pt + u * ATT_ROW + c);
+                vf ds = v_mul(v_mul(p, v_sub(v_load(ds_t + u * ATT_ROW + c), rowdot[c / VW])), v_set1(scale));
+                v_store(ds_t + u * ATT_ROW + c, ds);
                 for (int j = 0; j < HD; j++) {
-                    dq[j] += d * k[j];
-                    dk[j] += d * q[j];
-                    dv[j] += p[u] * g[j];
+                    float *dst = dqt + (h * HD + j) * ATT_ROW + c;
+                    v_store(dst, v_fma(v_set1(k[j]), ds, v_load(dst)));
                 }
             }
-            memcpy(dqkv + t * QS + h * HD, dq, sizeof dq);
+        }
+        /* dk and dv sum over queries t: switch P and dS to lanes u. */
+        transpose_block(pt, L, p_r);
+        transpose_block(ds_t, L, ds_r);
+        for (int t = 0; t < L; t++) {
+            const float *q = qkv + t * QS + h * HD, *g = dout + t * D + h * HD;
+            for (int c = 0; c < ATT_ROW; c += VW) {
+                vf p = v_load(p_r + t * ATT_ROW + c), ds = v_load(ds_r + t * ATT_ROW + c);
+                for (int j = 0; j < HD; j++) {
+                    float *dk = dkt + (h * HD + j) * ATT_ROW + c, *dv = dvt + (h * HD + j) * ATT_ROW + c;
+                    v_store(dk, v_fma(v_set1(q[j]), ds, v_load(dk)));
+                    v_store(dv, v_fma(v_set1(g[j]), p, v_load(dv)));
+                }
+            }
         }
     }
+    from_lanes(D, dqt, L, dqkv, QS);
+    from_lanes(D, dkt, L, dqkv + D, QS);
+    from_lanes(D, dvt, L, dqkv + 2 * D, QS);
 }
 
 #endif /* EMG_X86_ATTENTION_H */

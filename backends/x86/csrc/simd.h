@@ -47,6 +47,11 @@ AI vf v_first_n_or(vf a, int n, float fill) {
     __mmask16 m = (__mmask16)(n >= 16 ? 0xFFFFu : ((1u << (n < 0 ? 0 : n)) - 1u));
     return _mm512_mask_mov_ps(_mm512_set1_ps(fill), m, a);
 }
+/* a where lane index >= n, else fill. */
+AI vf v_from_n_or(vf a, int n, float fill) {
+    __mmask16 m = (__mmask16)(n >= 16 ? 0xFFFFu : ((1u << (n < 0 ? 0 : n)) - 1u));
+    return _mm512_mask_mov_ps(a, m, _mm512_set1_ps(fill));
+}
 
 #elif defined(__AVX2__) && defined(__FMA__)
 #define VW 8
@@ -94,6 +99,11 @@ AI vf v_first_n_or(vf a, int n, float fill) {
     __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     __m256i keep = _mm256_cmpgt_epi32(_mm256_set1_epi32(n), lanes);
     return _mm256_blendv_ps(_mm256_set1_ps(fill), a, _mm256_castsi256_ps(keep));
+}
+AI vf v_from_n_or(vf a, int n, float fill) {
+    __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    __m256i below = _mm256_cmpgt_epi32(_mm256_set1_epi32(n), lanes);
+    return _mm256_blendv_ps(a, _mm256_set1_ps(fill), _mm256_castsi256_ps(below));
 }
 
 #else
