@@ -8,6 +8,7 @@
 #include "gemm.h"
 #include "norm.h"
 #include "session.h"
+#include "transpose.h"
 
 #define D_MODEL 16
 #define N_HEADS 4

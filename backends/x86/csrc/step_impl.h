@@ -17,16 +17,11 @@ static void FN(sync_transposed)(struct emg_session *s) {
     const float *p = s->params;
     const float *wqkv = p + EMG_VOCAB * D + EMG_MAX_SEQ * D;
     const float *wo = wqkv + 3 * D * D, *wf1 = wo + D * D, *wf2 = wf1 + F * D, *wlm = wf2 + D * F;
-    for (int i = 0; i < 3 * D; i++)
-        for (int k = 0; k < D; k++) s->wqkv_t[k * 3 * D + i] = wqkv[i * D + k];
-    for (int i = 0; i < D; i++)
-        for (int k = 0; k < D; k++) s->wo_t[k * D + i] = wo[i * D + k];
-    for (int i = 0; i < F; i++)
-        for (int k = 0; k < D; k++) s->wf1_t[k * F + i] = wf1[i * D + k];
-    for (int i = 0; i < D; i++)
-        for (int k = 0; k < F; k++) s->wf2_t[k * D + i] = wf2[i * F + k];
-    for (int k = 0; k < D; k++)
-        for (int i = 0; i < LOGIT_LD; i++) s->wlm_t[k * LOGIT_LD + i] = i < EMG_VOCAB ? wlm[i * D + k] : 0.0f;
+    transpose(wqkv, 3 * D, D, D, s->wqkv_t, 3 * D);
+    transpose(wo, D, D, D, s->wo_t, D);
+    transpose(wf1, F, D, D, s->wf1_t, F);
+    transpose(wf2, D, F, F, s->wf2_t, D);
+    transpose(wlm, EMG_VOCAB, D, D, s->wlm_t, LOGIT_LD); /* columns VOCAB..31 of wlm_t stay zero */
 }
 
 static void FN(loss_and_grad)(struct emg_session *s, int batch, const uint8_t *tokens, const uint8_t *lengths,
