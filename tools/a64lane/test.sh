@@ -10,6 +10,7 @@ NAMES=${EEMICROGPT_DATA:-$REPO/../shared/data/names.txt}
 [[ -f "$NAMES" ]] || die "names file $NAMES not found (set EEMICROGPT_DATA)"
 export EEMICROGPT_DATA=$NAMES
 export QEMU_LD_PREFIX=$SR PYTHONPATH=$SITE:$WHEEL_SITE PYTHONDONTWRITEBYTECODE=1
+export A64LANE=1 # tests may shorten long runs under emulation (documented in README.md)
 # -P: never put the working directory on sys.path, so only the staged packages are imported.
 PY=("$QEMU" "$PY_A64" -P)
 failures=()

@@ -42,13 +42,21 @@ class TestNeonLargeConformance(BackendConformance):
 
 
 class TestNeonEightHeads(BackendConformance):
-    """The d_model 128 kernel with 8 heads (head_dim 16)."""
+    """The d_model 128 kernel with 8 heads (head_dim 16).
+
+    Early-trajectory bound: Adam's first update from zero moments is lr * g / (|g| + 1e-8). Here some Wo
+    gradients are ~1e-9, where neon's and numpy_ref's values differ by 2e-9 (2e-8 of the tensor's scale,
+    far inside the gradient bound), so that one parameter moves by 0.14 lr more in one than in the other.
+    Measured: the losses then differ by up to 1.2e-4 within 10 steps (4.8e-7 with 4 heads, where no
+    gradient is that small): 3e-4 leaves 2.5x headroom.
+    """
 
     backend_name = "neon"
     d_models = (128,)
     grad_rel_rms_tol = 1e-5
     trajectory_steps = 20 if EMULATED else 200
-    trajectory_tol: ClassVar[float | None] = 1e-4 if EMULATED else 1.5e-2
+    trajectory_early_tol: ClassVar[float | None] = 3e-4
+    trajectory_tol: ClassVar[float | None] = 3e-4 if EMULATED else 1.5e-2
     skip: ClassVar[dict[str, list[str]]] = TestNeonLargeConformance.skip
 
     def heads_for(self, d_model: int) -> int:
