@@ -35,6 +35,26 @@ AI void transpose_block(const float *src, int L, float *dst) {
         for (int b = 0; b < L; b++) dst[b * ATT_ROW + a] = src[a * ATT_ROW + b];
 }
 
+/* out[(j0 + i) * 16 + c ...] (for i < 4, the 16 lanes) = sum over r < L of w[r * ldw + j0 + i] * rows[r][lanes]:
+ * four independent register accumulators per lane chunk, so no load-add-store chain through memory. */
+AI void accumulate4(const float *w, int ldw, const float *rows, int L, float *out) {
+    for (int c = 0; c < ATT_ROW; c += VW) {
+        vf a0 = v_zero(), a1 = v_zero(), a2 = v_zero(), a3 = v_zero();
+        for (int r = 0; r < L; r++) {
+            const vf x = v_load(rows + r * ATT_ROW + c);
+            const float *wr = w + r * ldw;
+            a0 = v_fma(v_set1(wr[0]), x, a0);
+            a1 = v_fma(v_set1(wr[1]), x, a1);
+            a2 = v_fma(v_set1(wr[2]), x, a2);
+            a3 = v_fma(v_set1(wr[3]), x, a3);
+        }
+        v_store(out + 0 * ATT_ROW + c, a0);
+        v_store(out + 1 * ATT_ROW + c, a1);
+        v_store(out + 2 * ATT_ROW + c, a2);
+        v_store(out + 3 * ATT_ROW + c, a3);
+    }
+}
+
 AI void attn_fwd(const int D, const int H, const float *qkv, float *o, float *att, int L) {
     const int HD = D / H, QS = 3 * D;
     const float scale = 1.0f / sqrtf((float)HD);
@@ -61,19 +81,11 @@ AI void attn_fwd(const int D, const int H, const float *qkv, float *o, float *at
                 v_store(pt + u * ATT_ROW + c, e);
             }
         for (int c = 0; c < ATT_ROW; c += VW) sum[c / VW] = v_div(v_set1(1.0f), sum[c / VW]);
-        for (int j = 0; j < HD; j++)
-            for (int c = 0; c < ATT_ROW; c += VW) v_store(ot + (h * HD + j) * ATT_ROW + c, v_zero());
-        for (int u = 0; u < L; u++) {
-            const float *v = qkv + u * QS + 2 * D + h * HD;
-            for (int c = 0; c < ATT_ROW; c += VW) {
-                vf p = v_mul(v_load(pt + u * ATT_ROW + c), sum[c / VW]);
-                v_store(pt + u * ATT_ROW + c, p);
-                for (int j = 0; j < HD; j++) {
-                    float *dst = ot + (h * HD + j) * ATT_ROW + c;
-                    v_store(dst, v_fma(v_set1(v[j]), p, v_load(dst)));
-                }
-            }
-        }
+        for (int u = 0; u < L; u++)
+            for (int c = 0; c < ATT_ROW; c += VW)
+                v_store(pt + u * ATT_ROW + c, v_mul(v_load(pt + u * ATT_ROW + c), sum[c / VW]));
+        for (int j = 0; j < HD; j += 4) /* out^T[j][t] = sum_u v[u][j] P^T[u][t] */
+            accumulate4(qkv + 2 * D + h * HD + j, QS, pt, L, ot + (h * HD + j) * ATT_ROW);
     }
     from_lanes(D, ot, L, o, D);
 }
@@ -89,9 +101,6 @@ AI void attn_bwd(const int D, const int H, const float *qkv, const float *att, c
     float ds_t[ATT_ROW * ATT_ROW] ATT_ALIGN;              /* dS^T[u][t] */
     float p_r[ATT_ROW * ATT_ROW] ATT_ALIGN, ds_r[ATT_ROW * ATT_ROW] ATT_ALIGN; /* P[t][u], dS[t][u] */
     to_lanes(D, dout, D, L, dot);
-    memset(dqt, 0, sizeof dqt);
-    memset(dkt, 0, sizeof dkt);
-    memset(dvt, 0, sizeof dvt);
     memset(p_r, 0, sizeof p_r); /* outside the L x L block these stay zero for every head */
     memset(ds_r, 0, sizeof ds_r);
     for (int h = 0; h < H; h++) {
@@ -107,31 +116,20 @@ AI void attn_bwd(const int D, const int H, const float *qkv, const float *att, c
                 v_store(ds_t + u * ATT_ROW + c, dp);
             }
         }
-        for (int u = 0; u < L; u++) { /* dS = P (dP - sum_u P dP), times the score scale */
-            const float *k = qkv + u * QS + D + h * HD;
+        for (int u = 0; u < L; u++) /* dS = P (dP - sum_u P dP), times the score scale */
             for (int c = 0; c < ATT_ROW; c += VW) {
                 vf p = v_load(pt + u * ATT_ROW + c);
                 vf ds = v_mul(v_mul(p, v_sub(v_load(ds_t + u * ATT_ROW + c), rowdot[c / VW])), v_set1(scale));
                 v_store(ds_t + u * ATT_ROW + c, ds);
-                for (int j = 0; j < HD; j++) {
-                    float *dst = dqt + (h * HD + j) * ATT_ROW + c;
-                    v_store(dst, v_fma(v_set1(k[j]), ds, v_load(dst)));
-                }
             }
-        }
+        for (int j = 0; j < HD; j += 4) /* dq^T[j][t] = sum_u k[u][j] dS^T[u][t] */
+            accumulate4(qkv + D + h * HD + j, QS, ds_t, L, dqt + (h * HD + j) * ATT_ROW);
         /* dk and dv sum over queries t: switch P and dS to lanes u. */
         transpose_block(pt, L, p_r);
         transpose_block(ds_t, L, ds_r);
-        for (int t = 0; t < L; t++) {
-            const float *q = qkv + t * QS + h * HD, *g = dout + t * D + h * HD;
-            for (int c = 0; c < ATT_ROW; c += VW) {
-                vf p = v_load(p_r + t * ATT_ROW + c), ds = v_load(ds_r + t * ATT_ROW + c);
-                for (int j = 0; j < HD; j++) {
-                    float *dk = dkt + (h * HD + j) * ATT_ROW + c, *dv = dvt + (h * HD + j) * ATT_ROW + c;
-                    v_store(dk, v_fma(v_set1(q[j]), ds, v_load(dk)));
-                    v_store(dv, v_fma(v_set1(g[j]), p, v_load(dv)));
-                }
-            }
+        for (int j = 0; j < HD; j += 4) { /* lanes u: dk^T = sum_t q[t] dS[t], dv^T = sum_t dout[t] P[t] */
+            accumulate4(qkv + h * HD + j, QS, ds_r, L, dkt + (h * HD + j) * ATT_ROW);
+            accumulate4(dout + h * HD + j, D, p_r, L, dvt + (h * HD + j) * ATT_ROW);
         }
     }
     from_lanes(D, dqt, L, dqkv, QS);
