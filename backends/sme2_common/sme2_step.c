@@ -35,12 +35,18 @@ struct emg_session {
     int *seq_start, *seq_len;
     uint8_t *row_tok, *row_pos, *row_tgt;
     /* activations, [rows][width] */
-    float *x0, *r0, *h1, *r1, *qkv, *probs, *att, *x1, *h2, *r2, *hid, *x2, *logits;
+    float *x0, *r0, *h1, *r1, *att, *x1, *h2, *r2, *hid, *x2, *logits;
+    /* attention: q and k feature-major [2D][N] (the operands of the score GEMMs), vals position-major
+     * [N][D] (the operand of the value GEMMs), per (sequence, head) blocks of S x S, and att^T [D][N] */
+    float *qk, *vals, *scores, *pt, *attT;
+    emg_gemm *att_gemms; /* one descriptor per (sequence, head), run in a single streaming session */
     /* gradients of the summed loss, [rows][width] */
     float *dlog, *dx2, *dpre, *dh2, *dx1, *datt, *dqkv, *dh1;
     op_t *opT; /* feature-major operand scratch, [max(4D, 3D)][rows] */
+    const op_t *qk_op, *vals_op, *pt_op, *attT_op; /* GEMM operand views of the four above */
 #if EMG_SME_F16
     op_t *h_w;   /* fp16 copies of the row-major weights (the w_* point into it) */
+    op_t *h_att; /* fp16 copies of qk, v, pt and attT */
     op_t *h_act; /* fp16 copies of the position-major weight-gradient operands */
 #endif
     void *allocs[MAX_ALLOCS];
@@ -136,70 +142,111 @@ static void rms_backward(float *out, const float *base, const float *dy, const f
     }
 }
 
-static void attention_forward(emg_session *s, int batch) {
-    const int d = s->d, hd = s->hd, w = 3 * s->d;
-    const float scale = 1.0f / sqrtf((float)hd);
-    for (int b = 0; b < batch; b++) {
-        const int r0 = s->seq_start[b], len = s->seq_len[b];
-        for (int hh = 0; hh < s->h; hh++)
-            for (int t = 0; t < len; t++) {
-                const float *q = s->qkv + (long)(r0 + t) * w + hh * hd;
-                float *p = s->probs + ((long)(r0 + t) * s->h + hh) * S;
-                float mx = -INFINITY, sum = 0.0f;
-                for (int u = 0; u <= t; u++) {
-                    const float *k = s->qkv + (long)(r0 + u) * w + d + hh * hd;
-                    float dot = 0.0f;
-                    for (int j = 0; j < hd; j++) dot += q[j] * k[j];
-                    p[u] = dot * scale;
-                    mx = p[u] > mx ? p[u] : mx;
-                }
-                for (int u = 0; u <= t; u++) sum += (p[u] = expf(p[u] - mx));
-                const float inv = 1.0f / sum;
-                float *out = s->att + (long)(r0 + t) * d + hh * hd;
-                for (int j = 0; j < hd; j++) out[j] = 0.0f;
-                for (int u = 0; u <= t; u++) {
-                    p[u] *= inv;
-                    const float *v = s->qkv + (long)(r0 + u) * w + 2 * d + hh * hd;
-                    for (int j = 0; j < hd; j++) out[j] += p[u] * v[j];
-                }
-            }
-    }
+/* Position-major copy of a [rows][cols] feature-major block (float to float). */
+static void transpose_f32(float *restrict dst, const float *restrict src, int rows, int cols) {
+    for (int r0 = 0; r0 < rows; r0 += 8)
+        for (int c0 = 0; c0 < cols; c0 += 8) {
+            const int r1 = r0 + 8 < rows ? r0 + 8 : rows, c1 = c0 + 8 < cols ? c0 + 8 : cols;
+            for (int c = c0; c < c1; c++)
+                for (int r = r0; r < r1; r++) dst[(long)c * rows + r] = src[(long)r * cols + c];
+        }
 }
 
-static void attention_backward(emg_session *s, int batch) {
-    const int d = s->d, hd = s->hd, w = 3 * s->d;
+/* The GEMM operand view of a float buffer: the buffer itself in fp32; in fp16 a copy converted into
+ * the attention operand area at `offset`. */
+static const op_t *as_op(emg_session *s, long offset, const float *src, long n) {
+#if EMG_SME_F16
+    to_f16(s->h_att + offset, src, n);
+    return s->h_att + offset;
+#else
+    (void)s, (void)offset, (void)n;
+    return src;
+#endif
+}
+
+/* Attention as ZA-tile GEMMs, every (sequence, head) pair in one streaming session per product:
+ *   S^T[u][t] = scale * sum_j K[u][j] Q[t][j]      (A = K^T, B = Q^T: both feature-major, from the QKV GEMM)
+ *   P^T = causal softmax over u of each column t    (C, outside streaming mode)
+ *   att^T[j][t] = sum_u V[u][j] P^T[u][t]           (A = V position-major, B = P^T; written into att^T)
+ * Computing S transposed makes P^T, the k-major operand of the value product, come out directly. */
+static void attention_forward(emg_session *s, int batch) {
+    const int n = s->n_rows, d = s->d, hd = s->hd, heads = s->h;
     const float scale = 1.0f / sqrtf((float)hd);
-    memset(s->dqkv, 0, sizeof(float) * (size_t)s->n_rows * w);
-    for (int b = 0; b < batch; b++) {
-        const int r0 = s->seq_start[b], len = s->seq_len[b];
-        for (int hh = 0; hh < s->h; hh++)
+    const op_t *q_t = s->qk_op, *k_t = s->qk_op + (long)d * n;
+    int g = 0;
+    for (int b = 0; b < batch; b++)
+        for (int hh = 0; hh < heads; hh++, g++) {
+            const int r0 = s->seq_start[b], len = s->seq_len[b];
+            s->att_gemms[g] = (emg_gemm){len, len, hd, k_t + (long)hh * hd * n + r0, n,
+                                         q_t + (long)hh * hd * n + r0, n, s->scores + (long)g * S * S, S,
+                                         scale, 0, NULL};
+        }
+    sme_gemm_many(s->att_gemms, g);
+
+    for (int b = 0, g2 = 0; b < batch; b++)
+        for (int hh = 0; hh < heads; hh++, g2++) {
+            const int len = s->seq_len[b];
+            const float *st = s->scores + (long)g2 * S * S;
+            float *pt = s->pt + (long)g2 * S * S;
             for (int t = 0; t < len; t++) {
-                const float *p = s->probs + ((long)(r0 + t) * s->h + hh) * S;
+                float mx = -INFINITY, sum = 0.0f;
+                for (int u = 0; u <= t; u++) mx = st[u * S + t] > mx ? st[u * S + t] : mx;
+                for (int u = 0; u <= t; u++) sum += (pt[u * S + t] = expf(st[u * S + t] - mx));
+                const float inv = 1.0f / sum;
+                for (int u = 0; u <= t; u++) pt[u * S + t] *= inv;
+                for (int u = t + 1; u < len; u++) pt[u * S + t] = 0.0f; /* the causal mask */
+            }
+        }
+    s->pt_op = as_op(s, 3L * d * s->max_rows, s->pt, (long)g * S * S);
+
+    for (int b = 0, g2 = 0; b < batch; b++)
+        for (int hh = 0; hh < heads; hh++, g2++) {
+            const int r0 = s->seq_start[b], len = s->seq_len[b];
+            s->att_gemms[g2] = (emg_gemm){hd, len, len, s->vals_op + (long)r0 * d + hh * hd, d,
+                                          s->pt_op + (long)g2 * S * S, S, s->attT + (long)hh * hd * n + r0, n,
+                                          1.0f, 0, NULL};
+        }
+    sme_gemm_many(s->att_gemms, g);
+    transpose_f32(s->att, s->attT, d, n); /* position-major att for the dWo weight gradient */
+}
+
+/* Attention backward (C): reads q and k feature-major, v position-major and P^T as the forward left
+ * them; writes dq, dk, dv position-major into dqkv. */
+static void attention_backward(emg_session *s, int batch) {
+    const int n = s->n_rows, d = s->d, hd = s->hd, w = 3 * s->d;
+    const float scale = 1.0f / sqrtf((float)hd);
+    memset(s->dqkv, 0, sizeof(float) * (size_t)n * w);
+    for (int b = 0, g = 0; b < batch; b++) {
+        const int r0 = s->seq_start[b], len = s->seq_len[b];
+        for (int hh = 0; hh < s->h; hh++, g++) {
+            const float *pt = s->pt + (long)g * S * S;
+            const float *q = s->qk + (long)hh * hd * n + r0, *k = s->qk + (long)(d + hh * hd) * n + r0;
+            for (int t = 0; t < len; t++) {
                 const float *ga = s->datt + (long)(r0 + t) * d + hh * hd;
-                const float *q = s->qkv + (long)(r0 + t) * w + hh * hd;
                 float *dq = s->dqkv + (long)(r0 + t) * w + hh * hd;
                 float dp[S], sdot = 0.0f;
                 for (int u = 0; u <= t; u++) {
-                    const float *v = s->qkv + (long)(r0 + u) * w + 2 * d + hh * hd;
+                    const float *v = s->vals + (long)(r0 + u) * d + hh * hd;
                     float *dv = s->dqkv + (long)(r0 + u) * w + 2 * d + hh * hd;
+                    const float p = pt[u * S + t];
                     float dot = 0.0f;
                     for (int j = 0; j < hd; j++) {
                         dot += ga[j] * v[j];
-                        dv[j] += p[u] * ga[j];
+                        dv[j] += p * ga[j];
                     }
                     dp[u] = dot;
-                    sdot += p[u] * dot;
+                    sdot += p * dot;
                 }
                 for (int u = 0; u <= t; u++) {
-                    const float ds = p[u] * (dp[u] - sdot) * scale;
-                    const float *k = s->qkv + (long)(r0 + u) * w + d + hh * hd;
+                    const float ds = pt[u * S + t] * (dp[u] - sdot) * scale;
                     float *dk = s->dqkv + (long)(r0 + u) * w + d + hh * hd;
                     for (int j = 0; j < hd; j++) {
-                        dq[j] += ds * k[j];
-                        dk[j] += ds * q[j];
+                        dq[j] += ds * k[(long)j * n + u];
+                        dk[j] += ds * q[(long)j * n + t];
                     }
                 }
             }
+        }
     }
 }
 
@@ -230,13 +277,17 @@ static double forward(emg_session *s, int batch) {
     rms_forward(s->x0, s->r0, s->x1, n, d);
     rms_forward(s->h1, s->r1, s->x0, n, d);
 
+    /* q and k come out feature-major (A = W^T, B = h1^T), v position-major (A = h1^T, B = W^T) */
     transpose_op(s->opT, s->h1, n, d);
-    gemm(n, 3 * d, d, s->opT, n, s->t_qkv, 3 * d, s->qkv, 3 * d, 0, NULL);
+    gemm(2 * d, n, d, s->t_qkv, 3 * d, s->opT, n, s->qk, n, 0, NULL);
+    gemm(n, d, d, s->opT, n, s->t_qkv + 2 * d, 3 * d, s->vals, d, 0, NULL);
+    s->qk_op = as_op(s, 0, s->qk, 2L * d * n);
+    s->vals_op = as_op(s, 2L * d * s->max_rows, s->vals, (long)n * d);
     attention_forward(s, batch);
 
     memcpy(s->x1, s->x0, sizeof(float) * (size_t)n * d); /* residual, added in the GEMM readout */
-    transpose_op(s->opT, s->att, n, d);
-    gemm(n, d, d, s->opT, n, s->t_wo, d, s->x1, d, GEMM_ACC, NULL);
+    s->attT_op = as_op(s, 3L * d * s->max_rows + (long)s->max_batch * s->h * S * S, s->attT, (long)d * n);
+    gemm(n, d, d, s->attT_op, n, s->t_wo, d, s->x1, d, GEMM_ACC, NULL);
 
     rms_forward(s->h2, s->r2, s->x1, n, d);
     transpose_op(s->opT, s->h2, n, d);
@@ -376,16 +427,21 @@ EMG_EXPORT int emg_create(int d_model, int n_heads, int max_batch, emg_session *
     s->row_pos = session_alloc(s, R);
     s->row_tgt = session_alloc(s, R);
     struct { float **ptr; size_t width; } acts[] = {
-        {&s->x0, d}, {&s->r0, 1}, {&s->h1, d}, {&s->r1, 1}, {&s->qkv, 3 * d}, {&s->probs, n_heads * S},
+        {&s->x0, d}, {&s->r0, 1}, {&s->h1, d}, {&s->r1, 1}, {&s->qk, 2 * d}, {&s->vals, d}, {&s->attT, d},
         {&s->att, d}, {&s->x1, d}, {&s->h2, d}, {&s->r2, 1}, {&s->hid, f}, {&s->x2, d}, {&s->logits, V},
         {&s->dlog, V}, {&s->dx2, d}, {&s->dpre, f}, {&s->dh2, d}, {&s->dx1, d}, {&s->datt, d},
         {&s->dqkv, 3 * d}, {&s->dh1, d}};
     for (size_t i = 0; i < sizeof acts / sizeof acts[0]; i++) *acts[i].ptr = session_alloc(s, R * acts[i].width * fl);
     s->opT = session_alloc(s, sizeof(op_t) * R * f);
+    const size_t blocks = (size_t)max_batch * n_heads * S * S;
+    s->scores = session_alloc(s, fl * blocks);
+    s->pt = session_alloc(s, fl * blocks);
+    s->att_gemms = session_alloc(s, sizeof(emg_gemm) * max_batch * n_heads);
 #if EMG_SME_F16
     s->h_w = session_alloc(s, sizeof(op_t) * (np - s->o_qkv));
     /* widths of the five (gradient, input) pairs: (V+d) + (d+f) + (f+d) + (d+d) + (3d+d) */
     s->h_act = session_alloc(s, sizeof(op_t) * R * (V + 9 * d + 2 * f));
+    s->h_att = session_alloc(s, sizeof(op_t) * (R * 4 * d + blocks)); /* qk, v, pt, attT */
     op_t *hw = s->h_w;
     const long base = s->o_qkv;
     s->w_qkv = hw, s->w_wo = hw + (s->o_wo - base), s->w_f1 = hw + (s->o_f1 - base);
