@@ -18,7 +18,10 @@
 
 #define V EMG_VOCAB
 #define S EMG_MAX_SEQ
-#define MAX_ALLOCS 48
+#define MAX_ALLOCS 64
+
+/* The attention operands that need an fp16 copy in the fp16 build (see as_op). */
+enum att_op { OP_QK, OP_VALS, OP_PT, OP_ATTT, OP_VT, OP_DATTT, OP_DATT, OP_QKPM, OP_DST, OP_DS, OP_P, OP_N };
 
 struct emg_session {
     int d, h, hd, f, max_batch, max_rows;
@@ -39,14 +42,16 @@ struct emg_session {
     /* attention: q and k feature-major [2D][N] (the operands of the score GEMMs), vals position-major
      * [N][D] (the operand of the value GEMMs), per (sequence, head) blocks of S x S, and att^T [D][N] */
     float *qk, *vals, *scores, *pt, *attT;
-    emg_gemm *att_gemms; /* one descriptor per (sequence, head), run in a single streaming session */
+    /* attention backward: V^T and datt^T [D][N], Q|K position-major [N][2D], P and dS per block (t-major) */
+    float *vT, *dattT, *qk_pm, *p_blk, *ds_blk;
+    emg_gemm *att_gemms; /* descriptors per (sequence, head), each product set in one streaming session */
     /* gradients of the summed loss, [rows][width] */
     float *dlog, *dx2, *dpre, *dh2, *dx1, *datt, *dqkv, *dh1;
     op_t *opT; /* feature-major operand scratch, [max(4D, 3D)][rows] */
-    const op_t *qk_op, *vals_op, *pt_op, *attT_op; /* GEMM operand views of the four above */
+    const op_t *qk_op, *vals_op, *pt_op, *attT_op; /* GEMM operand views of four of them */
 #if EMG_SME_F16
-    op_t *h_w;   /* fp16 copies of the row-major weights (the w_* point into it) */
-    op_t *h_att; /* fp16 copies of qk, v, pt and attT */
+    op_t *h_w;          /* fp16 copies of the row-major weights (the w_* point into it) */
+    op_t *h_ops[OP_N]; /* fp16 copies of the attention operands, see enum att_op */
     op_t *h_act; /* fp16 copies of the position-major weight-gradient operands */
 #endif
     void *allocs[MAX_ALLOCS];
@@ -152,14 +157,13 @@ static void transpose_f32(float *restrict dst, const float *restrict src, int ro
         }
 }
 
-/* The GEMM operand view of a float buffer: the buffer itself in fp32; in fp16 a copy converted into
- * the attention operand area at `offset`. */
-static const op_t *as_op(emg_session *s, long offset, const float *src, long n) {
+/* The GEMM operand view of a float buffer: the buffer itself in fp32, an fp16 copy in fp16. */
+static const op_t *as_op(emg_session *s, enum att_op which, const float *src, long n) {
 #if EMG_SME_F16
-    to_f16(s->h_att + offset, src, n);
-    return s->h_att + offset;
+    to_f16(s->h_ops[which], src, n);
+    return s->h_ops[which];
 #else
-    (void)s, (void)offset, (void)n;
+    (void)s, (void)which, (void)n;
     return src;
 #endif
 }
@@ -197,7 +201,7 @@ static void attention_forward(emg_session *s, int batch) {
                 for (int u = t + 1; u < len; u++) pt[u * S + t] = 0.0f; /* the causal mask */
             }
         }
-    s->pt_op = as_op(s, 3L * d * s->max_rows, s->pt, (long)g * S * S);
+    s->pt_op = as_op(s, OP_PT, s->pt, (long)g * S * S);
 
     for (int b = 0, g2 = 0; b < batch; b++)
         for (int hh = 0; hh < heads; hh++, g2++) {
@@ -210,44 +214,62 @@ static void attention_forward(emg_session *s, int batch) {
     transpose_f32(s->att, s->attT, d, n); /* position-major att for the dWo weight gradient */
 }
 
-/* Attention backward (C): reads q and k feature-major, v position-major and P^T as the forward left
- * them; writes dq, dk, dv position-major into dqkv. */
+/* Attention backward as ZA-tile GEMMs, per (sequence, head), with the softmax backward in C between:
+ *   dP^T[u][t] = sum_j V[u][j] datt[t][j]                  (A = V^T, B = datt^T)
+ *   dS^T = P^T * (dP^T - colsum(P^T * dP^T)) * scale        (C, in the layout the forward left P^T in)
+ *   dQ[t][j] = sum_u dS^T[u][t] K[u][j]   dK[u][j] = sum_t dS[t][u] Q[t][j]   dV[u][j] = sum_t P[t][u] datt[t][j]
+ * The last three write straight into their column ranges of dqkv (position-major), in one session. */
 static void attention_backward(emg_session *s, int batch) {
-    const int n = s->n_rows, d = s->d, hd = s->hd, w = 3 * s->d;
+    const int n = s->n_rows, d = s->d, hd = s->hd, heads = s->h, w = 3 * s->d;
     const float scale = 1.0f / sqrtf((float)hd);
-    memset(s->dqkv, 0, sizeof(float) * (size_t)n * w);
-    for (int b = 0, g = 0; b < batch; b++) {
-        const int r0 = s->seq_start[b], len = s->seq_len[b];
-        for (int hh = 0; hh < s->h; hh++, g++) {
-            const float *pt = s->pt + (long)g * S * S;
-            const float *q = s->qk + (long)hh * hd * n + r0, *k = s->qk + (long)(d + hh * hd) * n + r0;
+    transpose_f32(s->vT, s->vals, n, d);
+    transpose_f32(s->dattT, s->datt, n, d);
+    transpose_f32(s->qk_pm, s->qk, 2 * d, n);
+    const op_t *v_t = as_op(s, OP_VT, s->vT, (long)d * n), *datt_t = as_op(s, OP_DATTT, s->dattT, (long)d * n);
+    const op_t *datt = as_op(s, OP_DATT, s->datt, (long)n * d), *qk_pm = as_op(s, OP_QKPM, s->qk_pm, 2L * n * d);
+
+    int g = 0;
+    for (int b = 0; b < batch; b++)
+        for (int hh = 0; hh < heads; hh++, g++) {
+            const int r0 = s->seq_start[b], len = s->seq_len[b];
+            const long col = (long)hh * hd * n + r0;
+            s->att_gemms[g] = (emg_gemm){len, len, hd, v_t + col, n, datt_t + col, n, s->scores + (long)g * S * S, S,
+                                         1.0f, 0, NULL};
+        }
+    sme_gemm_many(s->att_gemms, g);
+
+    for (int b = 0, g2 = 0; b < batch; b++)
+        for (int hh = 0; hh < heads; hh++, g2++) {
+            const int len = s->seq_len[b];
+            const float *pt = s->pt + (long)g2 * S * S;
+            float *dst = s->scores + (long)g2 * S * S; /* dP^T in, dS^T out */
+            float *p = s->p_blk + (long)g2 * S * S, *ds = s->ds_blk + (long)g2 * S * S;
             for (int t = 0; t < len; t++) {
-                const float *ga = s->datt + (long)(r0 + t) * d + hh * hd;
-                float *dq = s->dqkv + (long)(r0 + t) * w + hh * hd;
-                float dp[S], sdot = 0.0f;
-                for (int u = 0; u <= t; u++) {
-                    const float *v = s->vals + (long)(r0 + u) * d + hh * hd;
-                    float *dv = s->dqkv + (long)(r0 + u) * w + 2 * d + hh * hd;
-                    const float p = pt[u * S + t];
-                    float dot = 0.0f;
-                    for (int j = 0; j < hd; j++) {
-                        dot += ga[j] * v[j];
-                        dv[j] += p * ga[j];
-                    }
-                    dp[u] = dot;
-                    sdot += p * dot;
-                }
-                for (int u = 0; u <= t; u++) {
-                    const float ds = pt[u * S + t] * (dp[u] - sdot) * scale;
-                    float *dk = s->dqkv + (long)(r0 + u) * w + d + hh * hd;
-                    for (int j = 0; j < hd; j++) {
-                        dq[j] += ds * k[(long)j * n + u];
-                        dk[j] += ds * q[(long)j * n + t];
-                    }
+                float c = 0.0f;
+                for (int u = 0; u <= t; u++) c += pt[u * S + t] * dst[u * S + t];
+                for (int u = 0; u < len; u++) {
+                    const float v = u <= t ? pt[u * S + t] * (dst[u * S + t] - c) * scale : 0.0f;
+                    dst[u * S + t] = v;
+                    ds[t * S + u] = v;
+                    p[t * S + u] = pt[u * S + t];
                 }
             }
         }
-    }
+    const long blocks = (long)g * S * S;
+    const op_t *ds_t = as_op(s, OP_DST, s->scores, blocks), *ds = as_op(s, OP_DS, s->ds_blk, blocks);
+    const op_t *p = as_op(s, OP_P, s->p_blk, blocks);
+
+    emg_gemm *dq = s->att_gemms, *dk = dq + g, *dv = dk + g;
+    for (int b = 0, g2 = 0; b < batch; b++)
+        for (int hh = 0; hh < heads; hh++, g2++) {
+            const int r0 = s->seq_start[b], len = s->seq_len[b];
+            const long blk = (long)g2 * S * S, out = (long)r0 * w + hh * hd, in = (long)r0 * 2 * d + hh * hd;
+            dq[g2] = (emg_gemm){len, hd, len, ds_t + blk, S, qk_pm + in + d, 2 * d, s->dqkv + out, w, 1.0f, 0, NULL};
+            dk[g2] = (emg_gemm){len, hd, len, ds + blk, S, qk_pm + in, 2 * d, s->dqkv + out + d, w, 1.0f, 0, NULL};
+            dv[g2] = (emg_gemm){len, hd, len, p + blk, S, datt + (long)r0 * d + hh * hd, d, s->dqkv + out + 2 * d, w,
+                                1.0f, 0, NULL};
+        }
+    sme_gemm_many(s->att_gemms, 3 * g);
 }
 
 /* ---- the step -------------------------------------------------------------------------------- */
@@ -281,12 +303,12 @@ static double forward(emg_session *s, int batch) {
     transpose_op(s->opT, s->h1, n, d);
     gemm(2 * d, n, d, s->t_qkv, 3 * d, s->opT, n, s->qk, n, 0, NULL);
     gemm(n, d, d, s->opT, n, s->t_qkv + 2 * d, 3 * d, s->vals, d, 0, NULL);
-    s->qk_op = as_op(s, 0, s->qk, 2L * d * n);
-    s->vals_op = as_op(s, 2L * d * s->max_rows, s->vals, (long)n * d);
+    s->qk_op = as_op(s, OP_QK, s->qk, 2L * d * n);
+    s->vals_op = as_op(s, OP_VALS, s->vals, (long)n * d);
     attention_forward(s, batch);
 
     memcpy(s->x1, s->x0, sizeof(float) * (size_t)n * d); /* residual, added in the GEMM readout */
-    s->attT_op = as_op(s, 3L * d * s->max_rows + (long)s->max_batch * s->h * S * S, s->attT, (long)d * n);
+    s->attT_op = as_op(s, OP_ATTT, s->attT, (long)d * n);
     gemm(n, d, d, s->attT_op, n, s->t_wo, d, s->x1, d, GEMM_ACC, NULL);
 
     rms_forward(s->h2, s->r2, s->x1, n, d);
@@ -428,6 +450,7 @@ EMG_EXPORT int emg_create(int d_model, int n_heads, int max_batch, emg_session *
     s->row_tgt = session_alloc(s, R);
     struct { float **ptr; size_t width; } acts[] = {
         {&s->x0, d}, {&s->r0, 1}, {&s->h1, d}, {&s->r1, 1}, {&s->qk, 2 * d}, {&s->vals, d}, {&s->attT, d},
+        {&s->vT, d}, {&s->dattT, d}, {&s->qk_pm, 2 * d},
         {&s->att, d}, {&s->x1, d}, {&s->h2, d}, {&s->r2, 1}, {&s->hid, f}, {&s->x2, d}, {&s->logits, V},
         {&s->dlog, V}, {&s->dx2, d}, {&s->dpre, f}, {&s->dh2, d}, {&s->dx1, d}, {&s->datt, d},
         {&s->dqkv, 3 * d}, {&s->dh1, d}};
@@ -436,12 +459,17 @@ EMG_EXPORT int emg_create(int d_model, int n_heads, int max_batch, emg_session *
     const size_t blocks = (size_t)max_batch * n_heads * S * S;
     s->scores = session_alloc(s, fl * blocks);
     s->pt = session_alloc(s, fl * blocks);
-    s->att_gemms = session_alloc(s, sizeof(emg_gemm) * max_batch * n_heads);
+    s->att_gemms = session_alloc(s, sizeof(emg_gemm) * 3 * max_batch * n_heads);
+    s->p_blk = session_alloc(s, fl * blocks);
+    s->ds_blk = session_alloc(s, fl * blocks);
 #if EMG_SME_F16
     s->h_w = session_alloc(s, sizeof(op_t) * (np - s->o_qkv));
     /* widths of the five (gradient, input) pairs: (V+d) + (d+f) + (f+d) + (d+d) + (3d+d) */
     s->h_act = session_alloc(s, sizeof(op_t) * R * (V + 9 * d + 2 * f));
-    s->h_att = session_alloc(s, sizeof(op_t) * (R * 4 * d + blocks)); /* qk, v, pt, attT */
+    const size_t op_sizes[OP_N] = {[OP_QK] = R * 2 * d, [OP_VALS] = R * d, [OP_PT] = blocks, [OP_ATTT] = R * d,
+                                   [OP_VT] = R * d, [OP_DATTT] = R * d, [OP_DATT] = R * d, [OP_QKPM] = R * 2 * d,
+                                   [OP_DST] = blocks, [OP_DS] = blocks, [OP_P] = blocks};
+    for (int i = 0; i < OP_N; i++) s->h_ops[i] = session_alloc(s, sizeof(op_t) * op_sizes[i]);
     op_t *hw = s->h_w;
     const long base = s->o_qkv;
     s->w_qkv = hw, s->w_wo = hw + (s->o_wo - base), s->w_f1 = hw + (s->o_f1 - base);
