@@ -16,7 +16,9 @@ from setuptools.command.build_ext import build_ext
 HERE = Path(__file__).resolve().parent
 INCLUDE = os.environ.get("EEMICROGPT_INCLUDE", str(HERE.parent.parent / "eemicrogpt_core" / "include"))
 KERNEL_SOURCES = ["csrc/step.c", "csrc/session.c", "csrc/peak.c"]
-COMMON = ["-O3", "-std=gnu11", "-fno-math-errno", "-fvisibility=hidden", "-Wall", "-Wextra"]
+# -fno-wrapv undoes the -fwrapv that Python's CFLAGS add: with wrapping signed ints gcc cannot simplify the
+# kernels' index arithmetic (measured 5-10% slower steps at d32/d64).
+COMMON = ["-O3", "-std=gnu11", "-fno-wrapv", "-fno-math-errno", "-fvisibility=hidden", "-Wall", "-Wextra"]
 VARIANTS = {
     "avx512": ["-mavx512f", "-mavx512vl", "-mavx512bw", "-mavx512dq", "-mfma"],
     "avx2": ["-mavx2", "-mfma"],
