@@ -4,8 +4,8 @@ fp16 operands (11-bit significand) and fp16 accumulation inside each 64-term chu
 about 1e-2 relative RMS from numpy float64; the largest part is not rounding but ReLU gates that flip
 where the fp16 pre-activation lands on the other side of 0 (an O(1) change in that entry's gradient),
 so Wf1 and everything upstream of it carry the most error. Measured under QEMU (kit inputs, params x1.5,
-batch 16): worst tensor relative RMS 1.8e-2 (d64, Wk) and 2.6e-2 (d128, Wk); worst max error 8.7e-2
-(d128, Wf1). The bounds below (6e-2 RMS, 2e-1 max) leave over 2x headroom on both.
+batch 16): worst tensor relative RMS 1.2e-2 (d64, Wk) and 1.9e-2 (d128, Wq); worst max error 5.1e-2
+(d128, Wf1). The bounds below (4e-2 RMS, 1.2e-1 max) leave 2x headroom on both.
 Emulated fp16 FMOPA is slow (QEMU has no hardware fast path for fp16: ~1.2 s per d64 batch-16 step),
 so the trajectory here is short; the long-run check is test_sme2_f16_vs_f32.py.
 """
@@ -21,6 +21,6 @@ class TestSme2F16Conformance(BackendConformance):
     backend_name = "sme2_f16"
     precision = "fp16"
     d_models = (64, 128)
-    grad_rel_rms_tol: ClassVar[float | None] = 0.06
-    grad_rel_max_tol: ClassVar[float | None] = 0.2
+    grad_rel_rms_tol: ClassVar[float | None] = 0.04
+    grad_rel_max_tol: ClassVar[float | None] = 0.12
     trajectory_steps = 8
