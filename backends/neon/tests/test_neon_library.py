@@ -7,13 +7,17 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from eemicrogpt_backend_neon import plugin
+from eemicrogpt_backend_neon import plugin, probe
 
 from eemicrogpt_core import native
 from eemicrogpt_core.model import MAX_SEQ
 
 LIBRARY = plugin.library_path()
-pytestmark = pytest.mark.skipif(LIBRARY is None, reason="the neon kernels library is built only on aarch64")
+pytestmark = [
+    pytest.mark.skipif(LIBRARY is None, reason="the neon kernels library is built only on aarch64"),
+    # Running the kernels on a CPU the probe rejects could fault: this CPU is the probe tests' business.
+    pytest.mark.skipif(probe.unavailable_reason() is not None, reason=f"{probe.unavailable_reason()}"),
+]
 
 OK, ARGUMENT, UNSUPPORTED = 0, 1, 2
 
