@@ -16,17 +16,27 @@
 #define ATT_ROW 16 /* lanes of one attention row: MAX_SEQ */
 #define ATT_ALIGN __attribute__((aligned(64)))
 
-/* dst[j][t] = src[t * ld + j] for t < L (lanes t >= L zero), j < n. */
+/* dst[j][t] = src[t * ld + j] for t < L (lanes t >= L zero), j < n (a multiple of VW): VW x VW blocks
+ * transposed in registers (a scalar loop here cost ~30% of the d16 step). */
 AI void to_lanes(const int n, const float *src, int ld, int L, float *dst) {
-    memset(dst, 0, sizeof(float) * (size_t)n * ATT_ROW);
-    for (int t = 0; t < L; t++)
-        for (int j = 0; j < n; j++) dst[j * ATT_ROW + t] = src[t * ld + j];
+    for (int j0 = 0; j0 < n; j0 += VW)
+        for (int t0 = 0; t0 < ATT_ROW; t0 += VW) {
+            vf r[VW];
+            for (int i = 0; i < VW; i++) r[i] = t0 + i < L ? v_load(src + (t0 + i) * ld + j0) : v_zero();
+            v_transpose(r);
+            for (int i = 0; i < VW; i++) v_store(dst + (j0 + i) * ATT_ROW + t0, r[i]);
+        }
 }
 
-/* dst[t * ld + j] = src[j][t] for t < L, j < n. */
+/* dst[t * ld + j] = src[j][t] for t < L, j < n (a multiple of VW). */
 AI void from_lanes(const int n, const float *src, int L, float *dst, int ld) {
-    for (int t = 0; t < L; t++)
-        for (int j = 0; j < n; j++) dst[t * ld + j] = src[j * ATT_ROW + t];
+    for (int j0 = 0; j0 < n; j0 += VW)
+        for (int t0 = 0; t0 < L; t0 += VW) {
+            vf r[VW];
+            for (int i = 0; i < VW; i++) r[i] = v_load(src + (j0 + i) * ATT_ROW + t0);
+            v_transpose(r);
+            for (int i = 0; i < VW && t0 + i < L; i++) v_store(dst + (t0 + i) * ld + j0, r[i]);
+        }
 }
 
 /* The L x L block of a [16][16] tile, transposed (entries outside the block are not read or written). */

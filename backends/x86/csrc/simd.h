@@ -52,6 +52,35 @@ AI vf v_from_n_or(vf a, int n, float fill) {
     __mmask16 m = (__mmask16)(n >= 16 ? 0xFFFFu : ((1u << (n < 0 ? 0 : n)) - 1u));
     return _mm512_mask_mov_ps(a, m, _mm512_set1_ps(fill));
 }
+/* In-register 16 x 16 transpose: r[i] lane j becomes r[j] lane i. Pairs of rows interleave (ps), then
+ * pairs of pairs (pd), then 128-bit blocks move across registers in two rounds. */
+AI void v_transpose(vf r[16]) {
+    vf t[16];
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int g = 0; g < 16; g += 4) { /* r[g + m], 128-bit block k: column 4k + m of rows g..g+3 */
+        __m512d a = _mm512_castps_pd(t[g]), b = _mm512_castps_pd(t[g + 1]);
+        __m512d c = _mm512_castps_pd(t[g + 2]), d = _mm512_castps_pd(t[g + 3]);
+        r[g] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+        r[g + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+        r[g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+        r[g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+    }
+    for (int m = 0; m < 4; m++) {
+        t[m] = _mm512_shuffle_f32x4(r[m], r[4 + m], 0x88);      /* blocks 0, 2 */
+        t[4 + m] = _mm512_shuffle_f32x4(r[m], r[4 + m], 0xDD);  /* blocks 1, 3 */
+        t[8 + m] = _mm512_shuffle_f32x4(r[8 + m], r[12 + m], 0x88);
+        t[12 + m] = _mm512_shuffle_f32x4(r[8 + m], r[12 + m], 0xDD);
+    }
+    for (int m = 0; m < 4; m++) {
+        r[m] = _mm512_shuffle_f32x4(t[m], t[8 + m], 0x88);
+        r[8 + m] = _mm512_shuffle_f32x4(t[m], t[8 + m], 0xDD);
+        r[4 + m] = _mm512_shuffle_f32x4(t[4 + m], t[12 + m], 0x88);
+        r[12 + m] = _mm512_shuffle_f32x4(t[4 + m], t[12 + m], 0xDD);
+    }
+}
 
 #elif defined(__AVX2__) && defined(__FMA__)
 #define VW 8
@@ -104,6 +133,27 @@ AI vf v_from_n_or(vf a, int n, float fill) {
     __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     __m256i below = _mm256_cmpgt_epi32(_mm256_set1_epi32(n), lanes);
     return _mm256_blendv_ps(a, _mm256_set1_ps(fill), _mm256_castsi256_ps(below));
+}
+/* In-register 8 x 8 transpose: r[i] lane j becomes r[j] lane i. */
+AI void v_transpose(vf r[8]) {
+    vf t[8];
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int g = 0; g < 8; g += 4) { /* r[g + m], 128-bit half k: column 4k + m of rows g..g+3 */
+        __m256d a = _mm256_castps_pd(t[g]), b = _mm256_castps_pd(t[g + 1]);
+        __m256d c = _mm256_castps_pd(t[g + 2]), d = _mm256_castps_pd(t[g + 3]);
+        r[g] = _mm256_castpd_ps(_mm256_unpacklo_pd(a, c));
+        r[g + 1] = _mm256_castpd_ps(_mm256_unpackhi_pd(a, c));
+        r[g + 2] = _mm256_castpd_ps(_mm256_unpacklo_pd(b, d));
+        r[g + 3] = _mm256_castpd_ps(_mm256_unpackhi_pd(b, d));
+    }
+    for (int m = 0; m < 4; m++) {
+        t[m] = _mm256_permute2f128_ps(r[m], r[4 + m], 0x20);
+        t[4 + m] = _mm256_permute2f128_ps(r[m], r[4 + m], 0x31);
+    }
+    for (int i = 0; i < 8; i++) r[i] = t[i];
 }
 
 #else
