@@ -1,6 +1,8 @@
 #!/bin/bash
-# Stage 6: for each backends/<dir>/a64lane.conf, under each QEMU_CPU it lists: the registry check, the
-# backend's pytest suite and its end-to-end train command, all in the emulated aarch64 CPython.
+# Stage 6: for each backends/<dir>/a64lane.conf, under each QEMU_CPU it lists (one "pass"): the registry
+# check, the backend's pytest suite and its end-to-end train command, all in the emulated aarch64 CPython.
+# Passes run concurrently, A64_JOBS at a time (default: the number of CPUs); each pass's output is
+# collected in a log and printed whole, in conf order, once it is done.
 set -euo pipefail
 # shellcheck source=tools/a64lane/lib.sh
 source "$(dirname "$0")/lib.sh"
@@ -12,22 +14,23 @@ NAMES=${EEMICROGPT_DATA:-$REPO/../shared/data/names.txt}
 export EEMICROGPT_DATA=$NAMES
 export QEMU_LD_PREFIX=$SR PYTHONPATH=$SITE:$WHEEL_SITE PYTHONDONTWRITEBYTECODE=1
 export A64LANE=1 # tests may shorten long runs under emulation (documented in README.md)
+JOBS=${A64_JOBS:-$(nproc)}
 # -P: never put the working directory on sys.path, so only the staged packages are imported.
 PY=("$QEMU" "$PY_A64" -P)
-failures=()
 
-timed() { # timed LABEL CMD...: run, print the wall time, record a failure instead of stopping
+timed() { # timed LABEL CMD...: run, print the wall time; a failure is printed and returned, not fatal
   local t0 rc=0
   t0=$(now)
   echo "   \$ ${*:2}" | sed "s|$REPO/||g; s|$L/||g"
   "${@:2}" || rc=$?
   echo "   [$1: $(elapsed "$t0" "$(now)")s, exit $rc]"
-  ((rc == 0)) || failures+=("$1")
+  ((rc == 0)) || echo "   FAILED: $1"
+  return "$rc"
 }
 
-run_train() { # run_train LABEL ARGS...: the CLI must exit 0 and print sampled names
-  local out=$SITE.train log rc=0
-  log=$(mktemp)
+run_train() { # run_train OUTDIR ARGS...: the CLI must exit 0 and print sampled names
+  local out=$1 log rc=0
+  log=$out.log
   rm -rf "$out"
   "${PY[@]}" -c 'import sys; from eemicrogpt_core.cli import app; sys.argv[0] = "eemicrogpt"; app()' \
     train --data "$NAMES" --out "$out" "${@:2}" >"$log" 2>&1 || rc=$?
@@ -40,43 +43,66 @@ run_train() { # run_train LABEL ARGS...: the CLI must exit 0 and print sampled n
   return "$rc"
 }
 
-for dir in $(lane_backends); do
-  conf=$dir/a64lane.conf
+run_pass() { # run_pass ID DIR CPU OPTS: one emulated CPU of one backend; non-zero if any step failed
+  local id=$1 dir=$2 cpu=$3 opts=$4 name require="" unavailable="" tests=yes train="" rc=0 line
+  local -a train_args
   name=$(basename "$dir")
-  [[ -f "$conf" ]] || die "$name has build_aarch64.sh but no a64lane.conf"
-  train_args=()
-  mapfile -t train_lines < <(sed -n 's/^train[[:space:]]\+//p' "$conf")
+  for opt in $opts; do
+    case "$opt" in
+      require=*) require=${opt#require=} ;;
+      unavailable=*) unavailable=${opt#unavailable=} ;;
+      tests=yes | tests=no) tests=${opt#tests=} ;;
+      train=yes | train=no) train=${opt#train=} ;;
+      *) echo "   FAILED: $dir/a64lane.conf: unknown option '$opt' on 'cpu $cpu'"; return 1 ;;
+    esac
+  done
+  [[ -n "$train" ]] || { [[ -n "$require" ]] && train=yes || train=no; }
+  echo "== $name, QEMU_CPU=$cpu (require: ${require:--}; unavailable: ${unavailable:--})"
+  export QEMU_CPU=$cpu EEMICROGPT_REQUIRE_BACKENDS=$require
+  # With SME but sve=off, numpy's OpenBLAS would pick SME kernels and fault: force a Neon core type.
+  if [[ "$cpu" == *sve=off* ]]; then export OPENBLAS_CORETYPE=NEOVERSEN1; else unset OPENBLAS_CORETYPE; fi
+  timed "$name/$cpu/registry" "${PY[@]}" "$A64_TOOLS/check_backends.py" --require "$require" \
+    --unavailable "$unavailable" || rc=1
+  if [[ "$tests" == yes ]]; then
+    timed "$name/$cpu/pytest" "${PY[@]}" -m pytest -q -p no:cacheprovider -rs "$dir/tests" || rc=1
+  fi
+  if [[ "$train" == yes ]]; then
+    while read -r line; do
+      read -r -a train_args <<<"$line"
+      timed "$name/$cpu/train" run_train "$SITE.train$id" "${train_args[@]}" || rc=1
+    done < <(sed -n 's/^train[[:space:]]\+//p' "$dir/a64lane.conf")
+  fi
+  return "$rc"
+}
+
+# Collect the passes: "<dir> <cpu> <options>" per cpu line of every conf.
+passes=()
+for dir in $(lane_backends); do
+  [[ -f "$dir/a64lane.conf" ]] || die "$(basename "$dir") has build_aarch64.sh but no a64lane.conf"
   while read -r kind cpu opts; do
-    [[ "$kind" == cpu ]] || continue
-    require="" unavailable="" tests=yes train=""
-    for opt in $opts; do
-      case "$opt" in
-        require=*) require=${opt#require=} ;;
-        unavailable=*) unavailable=${opt#unavailable=} ;;
-        tests=yes | tests=no) tests=${opt#tests=} ;;
-        train=yes | train=no) train=${opt#train=} ;;
-        *) die "$conf: unknown option '$opt' on 'cpu $cpu'" ;;
-      esac
-    done
-    [[ -n "$train" ]] || { [[ -n "$require" ]] && train=yes || train=no; }
-    echo "== $name, QEMU_CPU=$cpu (require: ${require:--}; unavailable: ${unavailable:--})"
-    export QEMU_CPU=$cpu EEMICROGPT_REQUIRE_BACKENDS=$require
-    # With SME but sve=off, numpy's OpenBLAS would pick SME kernels and fault: force a Neon core type.
-    if [[ "$cpu" == *sve=off* ]]; then export OPENBLAS_CORETYPE=NEOVERSEN1; else unset OPENBLAS_CORETYPE; fi
-    timed "$name/$cpu/registry" "${PY[@]}" "$A64_TOOLS/check_backends.py" --require "$require" \
-      --unavailable "$unavailable"
-    if [[ "$tests" == yes ]]; then
-      timed "$name/$cpu/pytest" "${PY[@]}" -m pytest -q -p no:cacheprovider -rs "$dir/tests"
-    fi
-    if [[ "$train" == yes ]]; then
-      for line in "${train_lines[@]}"; do
-        read -r -a train_args <<<"$line"
-        timed "$name/$cpu/train" run_train "$name" "${train_args[@]}"
-      done
-    fi
-  done <"$conf"
+    [[ "$kind" == cpu ]] && passes+=("$dir"$'\t'"$cpu"$'\t'"${opts:-}")
+  done <"$dir/a64lane.conf"
 done
-if ((${#failures[@]})); then
-  echo "a64lane: FAILED: ${failures[*]}" >&2
+((${#passes[@]})) || die "no a64lane.conf lists a cpu"
+
+echo "${#passes[@]} passes, $JOBS at a time"
+for i in "${!passes[@]}"; do
+  while (($(jobs -rp | wc -l) >= JOBS)); do wait -n || true; done
+  IFS=$'\t' read -r dir cpu opts <<<"${passes[$i]}"
+  (
+    rc=0
+    run_pass "$i" "$dir" "$cpu" "$opts" || rc=$?
+    echo "$rc" >"$SITE.pass$i.rc"
+  ) >"$SITE.pass$i.log" 2>&1 &
+done
+wait
+
+failed=0
+for i in "${!passes[@]}"; do
+  cat "$SITE.pass$i.log"
+  [[ "$(cat "$SITE.pass$i.rc" 2>/dev/null)" == 0 ]] || failed=1
+done
+if ((failed)); then
+  echo "a64lane: FAILED: $(grep -h '^   FAILED: ' "$SITE".pass*.log | sed 's/^   FAILED: //' | tr '\n' ' ')" >&2
   exit 1
 fi
