@@ -9,7 +9,6 @@
 #define EMG_X86_ATTENTION_H
 
 #include <math.h>
-#include <string.h>
 
 #include "expf.h"
 
@@ -39,10 +38,15 @@ AI void from_lanes(const int n, const float *src, int L, float *dst, int ld) {
         }
 }
 
-/* The L x L block of a [16][16] tile, transposed (entries outside the block are not read or written). */
-AI void transpose_block(const float *src, int L, float *dst) {
-    for (int a = 0; a < L; a++)
-        for (int b = 0; b < L; b++) dst[b * ATT_ROW + a] = src[a * ATT_ROW + b];
+/* dst[b][a] = src[a][b] for a 16 x 16 tile whose rows a >= L read as zero (all 16 dst rows written). */
+AI void transpose_tile(const float *src, int L, float *dst) {
+    for (int a0 = 0; a0 < ATT_ROW; a0 += VW)
+        for (int b0 = 0; b0 < ATT_ROW; b0 += VW) {
+            vf r[VW];
+            for (int i = 0; i < VW; i++) r[i] = a0 + i < L ? v_load(src + (a0 + i) * ATT_ROW + b0) : v_zero();
+            v_transpose(r);
+            for (int i = 0; i < VW; i++) v_store(dst + (b0 + i) * ATT_ROW + a0, r[i]);
+        }
 }
 
 /* out[(j0 + i) * 16 + c ...] (for i < 4, the 16 lanes) = sum over r < L of w[r * ldw + j0 + i] * rows[r][lanes]:
@@ -111,8 +115,6 @@ AI void attn_bwd(const int D, const int H, const float *qkv, const float *att, c
     float ds_t[ATT_ROW * ATT_ROW] ATT_ALIGN;              /* dS^T[u][t] */
     float p_r[ATT_ROW * ATT_ROW] ATT_ALIGN, ds_r[ATT_ROW * ATT_ROW] ATT_ALIGN; /* P[t][u], dS[t][u] */
     to_lanes(D, dout, D, L, dot);
-    memset(p_r, 0, sizeof p_r); /* outside the L x L block these stay zero for every head */
-    memset(ds_r, 0, sizeof ds_r);
     for (int h = 0; h < H; h++) {
         const float *pt = att + h * L * ATT_ROW;
         vf rowdot[ATT_ROW / VW];
@@ -135,8 +137,8 @@ AI void attn_bwd(const int D, const int H, const float *qkv, const float *att, c
         for (int j = 0; j < HD; j += 4) /* dq^T[j][t] = sum_u k[u][j] dS^T[u][t] */
             accumulate4(qkv + D + h * HD + j, QS, ds_t, L, dqt + (h * HD + j) * ATT_ROW);
         /* dk and dv sum over queries t: switch P and dS to lanes u. */
-        transpose_block(pt, L, p_r);
-        transpose_block(ds_t, L, ds_r);
+        transpose_tile(pt, L, p_r); /* lanes u >= L come out zero; rows t >= L are never read */
+        transpose_tile(ds_t, L, ds_r);
         for (int j = 0; j < HD; j += 4) { /* lanes u: dk^T = sum_t q[t] dS[t], dv^T = sum_t dout[t] P[t] */
             accumulate4(qkv + h * HD + j, QS, ds_r, L, dkt + (h * HD + j) * ATT_ROW);
             accumulate4(dout + h * HD + j, D, p_r, L, dvt + (h * HD + j) * ATT_ROW);
