@@ -23,7 +23,7 @@ ABI_VERSION = 1
 
 _STATUS_MESSAGES = {
     1: "invalid argument",
-    2: "unsupported shape",
+    2: "unsupported shape or CPU",
     3: "out of memory",
     4: "non-finite loss or parameter",
 }

@@ -166,7 +166,7 @@ def _unusable(name: str, reason: str) -> None:
     """Skip, or fail when EEMICROGPT_REQUIRE_BACKENDS names the backend."""
     if _required(name):
         pytest.fail(f"{name} is required by {REQUIRE_ENV} but unusable: {reason}", pytrace=False)
-    pytest.skip(f"{name}: {reason}")
+    pytest.skip(reason if reason.startswith(f"{name}:") else f"{name}: {reason}")
 
 
 def _entry(name: str, extra_plugins: tuple[object, ...]) -> BackendEntry:
@@ -298,6 +298,9 @@ class BackendConformance:
         for reason, tests in self.skip.items():
             if request.node.originalname in tests:
                 pytest.skip(f"declared by {type(self).__name__}: {reason}")
+        # Skip (or fail) before any numpy_ref reference work when the backend cannot run here at all.
+        if self.backend_name:
+            _entry(self.backend_name, self.extra_plugins)
 
     def tol(self, name: str) -> float:
         override = getattr(self, f"{name}_tol")
