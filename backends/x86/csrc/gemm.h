@@ -39,8 +39,11 @@ AI int tile_mr(int nc) {
     return 2;
 }
 
-AI void nn_tile(const int mr, const int nc, const int K, const float *A, const int lda, const float *B,
-                const int ldb, float *C, const int ldc, const float *E, const int lde, const int epi) {
+/* One output tile: C[i][0:nc*VW] = epi(sum_k a(i, k) * B[k][0:nc*VW]) for i < mr, where
+ * a(i, k) = A[i * a_row + k * a_red]: (lda, 1) reads A row-major (activations x weights),
+ * (1, lda) reads it transposed (weight gradients, reducing over packed rows). */
+AI void tile(const int mr, const int nc, int K, const float *A, const int a_row, const int a_red, const float *B,
+             const int ldb, float *C, const int ldc, const float *E, const int lde, const int epi) {
     vf acc[ACC_BUDGET];
 #pragma GCC unroll 24
     for (int i = 0; i < mr; i++)
@@ -52,7 +55,7 @@ AI void nn_tile(const int mr, const int nc, const int K, const float *A, const i
         for (int j = 0; j < nc; j++) b[j] = v_load(B + (long)k * ldb + j * VW);
 #pragma GCC unroll 24
         for (int i = 0; i < mr; i++) {
-            vf a = v_set1(A[i * lda + k]);
+            vf a = v_set1(A[(long)i * a_row + (long)k * a_red]);
 #pragma GCC unroll 4
             for (int j = 0; j < nc; j++) acc[i * nc + j] = v_fma(a, b[j], acc[i * nc + j]);
         }
@@ -74,30 +77,8 @@ AI void gemm_nn(int rows, const int N, const int K, const float *A, const int ld
     const int nc = tile_nc(N), mr = tile_mr(nc);
     for (int j0 = 0; j0 < N; j0 += nc * VW)
         for (int i0 = 0; i0 < rows; i0 += mr)
-            nn_tile(mr, nc, K, A + (long)i0 * lda, lda, B + j0, ldb, C + (long)i0 * ldc + j0, ldc,
-                    E ? E + (long)i0 * lde + j0 : 0, lde, epi);
-}
-
-AI void tn_tile(const int mr, const int nc, int P, const float *A, const int lda, const float *B,
-                const int ldb, float *C, const int ldc) {
-    vf acc[ACC_BUDGET];
-#pragma GCC unroll 24
-    for (int i = 0; i < mr * nc; i++) acc[i] = v_zero();
-    for (int p = 0; p < P; p++) {
-        vf b[NC_MAX];
-#pragma GCC unroll 4
-        for (int j = 0; j < nc; j++) b[j] = v_load(B + (long)p * ldb + j * VW);
-#pragma GCC unroll 24
-        for (int i = 0; i < mr; i++) {
-            vf a = v_set1(A[(long)p * lda + i]);
-#pragma GCC unroll 4
-            for (int j = 0; j < nc; j++) acc[i * nc + j] = v_fma(a, b[j], acc[i * nc + j]);
-        }
-    }
-#pragma GCC unroll 24
-    for (int i = 0; i < mr; i++)
-#pragma GCC unroll 4
-        for (int j = 0; j < nc; j++) v_store(C + i * ldc + j * VW, acc[i * nc + j]);
+            tile(mr, nc, K, A + (long)i0 * lda, lda, 1, B + j0, ldb, C + (long)i0 * ldc + j0, ldc,
+                 E ? E + (long)i0 * lde + j0 : 0, lde, epi);
 }
 
 /* Weight gradient: C[M][N] = sum_p A[p][0:M]^T B[p][0:N] over P packed rows (A, B row-major). */
@@ -106,8 +87,9 @@ AI void gemm_tn(const int M, const int N, int P, const float *A, const int lda, 
     const int nc = tile_nc(N), mr = tile_mr(nc), m_main = M - M % mr;
     for (int j0 = 0; j0 < N; j0 += nc * VW) {
         for (int i0 = 0; i0 < m_main; i0 += mr)
-            tn_tile(mr, nc, P, A + i0, lda, B + j0, ldb, C + (long)i0 * ldc + j0, ldc);
-        if (M % mr) tn_tile(M % mr, nc, P, A + m_main, lda, B + j0, ldb, C + (long)m_main * ldc + j0, ldc);
+            tile(mr, nc, P, A + i0, 1, lda, B + j0, ldb, C + (long)i0 * ldc + j0, ldc, 0, 0, EPI_NONE);
+        if (M % mr)
+            tile(M % mr, nc, P, A + m_main, 1, lda, B + j0, ldb, C + (long)m_main * ldc + j0, ldc, 0, 0, EPI_NONE);
     }
 }
 
