@@ -53,7 +53,7 @@ class SkipEarly(BackendConformance):
         required = {n.strip() for n in os.environ.get(REQUIRE_ENV, "").split(",")} & {"neon", "all"}
         reason = _unavailable_reason()
         if reason is not None and not required:
-            pytest.skip(f"neon: {reason}")
+            pytest.skip(reason)
 
 
 class TestNeonConformance(SkipEarly):
