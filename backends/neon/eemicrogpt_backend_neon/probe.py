@@ -8,42 +8,24 @@ module-level functions so tests can replace them (QEMU cannot remove Advanced SI
 
 from __future__ import annotations
 
-import ctypes
-import platform
-import sys
+from eemicrogpt_core.cpu_features import (  # module-level names: tests replace them
+    ARM_MACHINES,
+    AT_HWCAP,
+    linux_auxval,
+    machine,
+    macos_sysctl_int,
+    os_name,
+)
 
-AT_HWCAP = 16
 HWCAP_ASIMD = 1 << 1
 HWCAP_FPHP = 1 << 9
 HWCAP_ASIMDHP = 1 << 10
-ARM_MACHINES = ("aarch64", "arm64")
-
-
-def machine() -> str:
-    return platform.machine().lower() or "unknown"
-
-
-def os_name() -> str:
-    return sys.platform
+__all__ = ["ARM_MACHINES", "linux_hwcap", "machine", "macos_sysctl_int", "os_name", "unavailable_reason"]
 
 
 def linux_hwcap() -> int:
     """The AT_HWCAP auxiliary vector entry of this process."""
-    libc = ctypes.CDLL(None)
-    getauxval = libc.getauxval
-    getauxval.restype = ctypes.c_ulong  # the default c_int would truncate bits >= 32
-    getauxval.argtypes = [ctypes.c_ulong]
-    return int(getauxval(AT_HWCAP))
-
-
-def macos_sysctl_int(name: str) -> int:
-    """An integer sysctl; a missing key reads as 0 (what macOS means by it)."""
-    libc = ctypes.CDLL("/usr/lib/libSystem.B.dylib")
-    value = ctypes.c_int64(0)
-    size = ctypes.c_size_t(ctypes.sizeof(value))
-    if libc.sysctlbyname(name.encode(), ctypes.byref(value), ctypes.byref(size), None, ctypes.c_size_t(0)):
-        return 0
-    return int(value.value)
+    return linux_auxval(AT_HWCAP)
 
 
 def unavailable_reason() -> str | None:

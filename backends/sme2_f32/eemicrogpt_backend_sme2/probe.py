@@ -10,52 +10,35 @@ functions so tests can replace them.
 from __future__ import annotations
 
 import ctypes
-import platform
-import sys
 from dataclasses import dataclass
 
-AT_HWCAP2 = 26
+from eemicrogpt_core.cpu_features import (  # module-level names: tests replace them
+    ARM_MACHINES,
+    AT_HWCAP2,
+    libc_function,
+    linux_auxval,
+    machine,
+    macos_sysctl_int,
+    os_name,
+)
+
 HWCAP2_SME2 = 1 << 37
 HWCAP2_SME_F16F16 = 1 << 42
 PR_SME_GET_VL = 64
 PR_SME_VL_LEN_MASK = 0xFFFF
-ARM_MACHINES = ("aarch64", "arm64")
-
-
-def machine() -> str:
-    return platform.machine().lower() or "unknown"
-
-
-def os_name() -> str:
-    return sys.platform
-
-
-def _libc_function(name: str, restype: type, *argtypes: type):
-    """A libc function with its C signature declared (ctypes would assume int everywhere)."""
-    function = getattr(ctypes.CDLL(None), name)
-    function.restype, function.argtypes = restype, list(argtypes)
-    return function
+__all__ = ["ARM_MACHINES", "linux_hwcap2", "machine", "macos_sysctl_int", "os_name", "unavailable_reason"]
 
 
 def linux_hwcap2() -> int:
     """The AT_HWCAP2 auxiliary vector entry of this process."""
-    # c_ulong, not the default c_int: HWCAP2_SME2 is bit 37 and would be cut off.
-    return int(_libc_function("getauxval", ctypes.c_ulong, ctypes.c_ulong)(AT_HWCAP2))
+    return linux_auxval(AT_HWCAP2)
 
 
 def linux_sme_vl_bytes() -> int:
     """The streaming vector length in bytes from prctl(PR_SME_GET_VL); 0 if the kernel refuses."""
     args = (ctypes.c_int, *(ctypes.c_ulong,) * 4)
-    status = _libc_function("prctl", ctypes.c_int, *args)(PR_SME_GET_VL, 0, 0, 0, 0)
+    status = libc_function("prctl", ctypes.c_int, *args)(PR_SME_GET_VL, 0, 0, 0, 0)
     return max(status, 0) & PR_SME_VL_LEN_MASK
-
-
-def macos_sysctl_int(name: str) -> int:
-    """sysctlbyname() as an integer; 0 when the key does not exist (how macOS says "feature absent")."""
-    system = ctypes.CDLL("/usr/lib/libSystem.B.dylib")
-    out, out_size = ctypes.c_int64(0), ctypes.c_size_t(8)
-    failed = system.sysctlbyname(ctypes.c_char_p(name.encode()), ctypes.byref(out), ctypes.byref(out_size), None, 0)
-    return 0 if failed else out.value
 
 
 @dataclass(frozen=True)
