@@ -1,11 +1,12 @@
 #!/bin/bash
-# Stage 1: the host toolchain (bookworm packages; installed only when missing).
+# Stage 1: the host toolchain (bookworm packages; installed only when missing). llvm-19 brings
+# llvm-objdump-19, which the sme2 build uses to check that no SVE/SME instruction leaks into plain code.
 set -euo pipefail
 # shellcheck source=tools/a64lane/lib.sh
 source "$(dirname "$0")/lib.sh"
 
 need=()
-for p in clang-19 lld-19 libc6-dev-arm64-cross ca-certificates; do
+for p in clang-19 lld-19 llvm-19 libc6-dev-arm64-cross ca-certificates; do
   dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
 done
 if ((${#need[@]})); then
