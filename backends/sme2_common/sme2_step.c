@@ -513,21 +513,11 @@ EMG_EXPORT int emg_get_state(const emg_session *s, float *params, float *adam_m,
     return EMG_OK;
 }
 
-static int check_batch(const emg_session *s, int batch, const uint8_t *tokens, const uint8_t *lengths) {
-    if (!tokens || !lengths || batch < 1 || batch > s->max_batch) return EMG_ERR_ARGUMENT;
-    for (int b = 0; b < batch; b++) {
-        if (lengths[b] < 2 || lengths[b] > S) return EMG_ERR_ARGUMENT;
-        for (int t = 0; t < S; t++)
-            if (tokens[(long)b * S + t] >= V) return EMG_ERR_ARGUMENT;
-    }
-    return EMG_OK;
-}
-
 EMG_EXPORT int emg_train_steps(emg_session *s, int n_steps, int batch, const uint8_t *tokens,
                                const uint8_t *lengths, const float *lrs, float *losses) {
     if (!s || n_steps <= 0 || !lrs || !losses) return EMG_ERR_ARGUMENT;
     for (int i = 0; i < n_steps; i++) { /* reject bad input before any update */
-        const int rc = check_batch(s, batch, tokens + (long)i * batch * S, lengths + (long)i * batch);
+        const int rc = emg_check_batch(batch, s->max_batch, tokens + (long)i * batch * S, lengths + (long)i * batch);
         if (rc != EMG_OK) return rc;
     }
     for (int i = 0; i < n_steps; i++) {
@@ -545,7 +535,7 @@ EMG_EXPORT int emg_train_steps(emg_session *s, int n_steps, int batch, const uin
 EMG_EXPORT int emg_loss_and_grad(emg_session *s, int batch, const uint8_t *tokens, const uint8_t *lengths,
                                  float *loss, float *grads) {
     if (!s || !loss) return EMG_ERR_ARGUMENT;
-    const int rc = check_batch(s, batch, tokens, lengths);
+    const int rc = emg_check_batch(batch, s->max_batch, tokens, lengths);
     if (rc != EMG_OK) return rc;
     pack_batch(s, batch, tokens, lengths);
     *loss = (float)(forward(s, batch) / s->n_rows);

@@ -78,6 +78,18 @@ int emg_loss_and_grad(emg_session *s, int batch, const uint8_t *tokens, const ui
                       float *loss, float *grads);
 /* CDEF-END */
 
+/* The batch rule every backend enforces (the core checks it too, but C must not trust its caller): the
+ * pointers are set, 1 <= batch <= max_batch, every length is in [2, MAX_SEQ] and every token, padding
+ * included, is below VOCAB. Returns EMG_OK or EMG_ERR_ARGUMENT. */
+static inline int emg_check_batch(int batch, int max_batch, const uint8_t *tokens, const uint8_t *lengths) {
+    if (tokens == 0 || lengths == 0 || batch < 1 || batch > max_batch) return EMG_ERR_ARGUMENT;
+    for (int b = 0; b < batch; b++)
+        if (lengths[b] < 2 || lengths[b] > EMG_MAX_SEQ) return EMG_ERR_ARGUMENT;
+    for (long i = 0; i < (long)batch * EMG_MAX_SEQ; i++)
+        if (tokens[i] >= EMG_VOCAB) return EMG_ERR_ARGUMENT;
+    return EMG_OK;
+}
+
 #ifdef __cplusplus
 }
 #endif

@@ -90,21 +90,10 @@ int emg_get_state(const emg_session *s, float *params, float *adam_m, float *ada
     return EMG_OK;
 }
 
-/* Every length in [2, MAX_SEQ] and every token the step reads (positions < length) below VOCAB. */
-static int check_batch(int batch, const uint8_t *tokens, const uint8_t *lengths) {
-    for (int b = 0; b < batch; b++) {
-        int len = lengths[b];
-        if (len < 2 || len > EMG_MAX_SEQ) return EMG_ERR_ARGUMENT;
-        for (int t = 0; t < len; t++)
-            if (tokens[(long)b * EMG_MAX_SEQ + t] >= EMG_VOCAB) return EMG_ERR_ARGUMENT;
-    }
-    return EMG_OK;
-}
-
 int emg_loss_and_grad(emg_session *s, int batch, const uint8_t *tokens, const uint8_t *lengths, float *loss,
                       float *grads) {
     if (!s || !tokens || !lengths || !loss || batch < 1 || batch > s->max_batch) return EMG_ERR_ARGUMENT;
-    int status = check_batch(batch, tokens, lengths);
+    int status = emg_check_batch(batch, s->max_batch, tokens, lengths);
     if (status != EMG_OK) return status;
     *loss = s->kernel->loss_grad(s, batch, tokens, lengths);
     if (grads) memcpy(grads, s->grads, sizeof(float) * (size_t)s->n_params);
@@ -118,7 +107,7 @@ int emg_train_steps(emg_session *s, int n_steps, int batch, const uint8_t *token
     const long tok_stride = (long)batch * EMG_MAX_SEQ;
     /* Validate every step's batch first, so a bad one late in the run leaves the state untouched. */
     for (int i = 0; i < n_steps; i++) {
-        int status = check_batch(batch, tokens + i * tok_stride, lengths + (long)i * batch);
+        int status = emg_check_batch(batch, s->max_batch, tokens + i * tok_stride, lengths + (long)i * batch);
         if (status != EMG_OK) return status;
     }
     for (int i = 0; i < n_steps; i++) {

@@ -75,6 +75,9 @@ def test_train_steps_refuses_bad_counts_and_leaves_state(lib) -> None:
         assert call(1, 3, lengths) == ARGUMENT  # above the session's max_batch
         assert call(1, 2, np.array([[1, 16]], np.uint8)) == ARGUMENT
         assert call(1, 2, np.array([[3, 17]], np.uint8)) == ARGUMENT
+        tokens[0, 0, 10] = 255  # padding (the first sequence has length 3): the ABI still requires < VOCAB
+        assert call(1, 2, lengths) == ARGUMENT
+        tokens[0, 0, 10] = 26
         step = ffi.new("int64_t *")
         n = 2 * 27 * 16 + 16 * 16 + 12 * 16 * 16
         buffers = [np.empty(n, np.float32) for _ in range(3)]

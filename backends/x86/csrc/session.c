@@ -102,23 +102,14 @@ EXPORT int emg_get_state(const emg_session *s, float *params, float *adam_m, flo
     return EMG_OK;
 }
 
-/* Every token < VOCAB (padding included) and every length in [2, MAX_SEQ]. */
-static int batch_ok(const emg_session *s, int batch, const uint8_t *tokens, const uint8_t *lengths) {
-    if (tokens == NULL || lengths == NULL || batch < 1 || batch > s->max_batch) return 0;
-    for (int b = 0; b < batch; b++)
-        if (lengths[b] < 2 || lengths[b] > EMG_MAX_SEQ) return 0;
-    for (long i = 0; i < (long)batch * EMG_MAX_SEQ; i++)
-        if (tokens[i] >= EMG_VOCAB) return 0;
-    return 1;
-}
-
 EXPORT int emg_train_steps(emg_session *s, int n_steps, int batch, const uint8_t *tokens,
                            const uint8_t *lengths, const float *lrs, float *losses) {
     if (s == NULL || n_steps <= 0 || lrs == NULL || losses == NULL) return EMG_ERR_ARGUMENT;
     const long tok_stride = (long)batch * EMG_MAX_SEQ;
     /* Check the whole run first so a bad batch late in it cannot leave a half-applied call behind. */
     for (int i = 0; i < n_steps; i++) {
-        if (!batch_ok(s, batch, tokens + i * tok_stride, lengths + (long)i * batch)) return EMG_ERR_ARGUMENT;
+        if (emg_check_batch(batch, s->max_batch, tokens + i * tok_stride, lengths + (long)i * batch) != EMG_OK)
+            return EMG_ERR_ARGUMENT;
         if (!isfinite(lrs[i])) return EMG_ERR_ARGUMENT;
     }
     for (int i = 0; i < n_steps; i++) {
@@ -136,7 +127,8 @@ EXPORT int emg_train_steps(emg_session *s, int n_steps, int batch, const uint8_t
 
 EXPORT int emg_loss_and_grad(emg_session *s, int batch, const uint8_t *tokens, const uint8_t *lengths,
                              float *loss, float *grads) {
-    if (s == NULL || loss == NULL || !batch_ok(s, batch, tokens, lengths)) return EMG_ERR_ARGUMENT;
+    if (s == NULL || loss == NULL || emg_check_batch(batch, s->max_batch, tokens, lengths) != EMG_OK)
+        return EMG_ERR_ARGUMENT;
     s->k->loss_and_grad(s, batch, tokens, lengths, loss, grads);
     return isfinite(*loss) ? EMG_OK : EMG_ERR_NONFINITE;
 }

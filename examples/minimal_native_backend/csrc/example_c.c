@@ -194,15 +194,6 @@ static void backward(const float *p, float *g, const acts *a, const uint8_t *tok
     }
 }
 
-static int check_batch(int batch, const uint8_t *tokens, const uint8_t *lengths) {
-    for (int b = 0; b < batch; b++) {
-        if (lengths[b] < 2 || lengths[b] > S) return EMG_ERR_ARGUMENT;
-        for (int t = 0; t < lengths[b]; t++)
-            if (tokens[b * S + t] >= V) return EMG_ERR_ARGUMENT;
-    }
-    return EMG_OK;
-}
-
 /* Fills s->grads for the batch and returns its mean loss. */
 static float loss_grad(emg_session *s, int batch, const uint8_t *tokens, const uint8_t *lengths) {
     int n_live = 0;
@@ -219,7 +210,7 @@ static float loss_grad(emg_session *s, int batch, const uint8_t *tokens, const u
 int emg_loss_and_grad(emg_session *s, int batch, const uint8_t *tokens, const uint8_t *lengths, float *loss,
                       float *grads) {
     if (!s || !tokens || !lengths || !loss || batch < 1 || batch > s->max_batch) return EMG_ERR_ARGUMENT;
-    if (check_batch(batch, tokens, lengths) != EMG_OK) return EMG_ERR_ARGUMENT;
+    if (emg_check_batch(batch, s->max_batch, tokens, lengths) != EMG_OK) return EMG_ERR_ARGUMENT;
     *loss = loss_grad(s, batch, tokens, lengths);
     if (grads) memcpy(grads, s->grads, sizeof s->grads);
     return isfinite(*loss) ? EMG_OK : EMG_ERR_NONFINITE;
@@ -230,7 +221,8 @@ int emg_train_steps(emg_session *s, int n_steps, int batch, const uint8_t *token
     if (!s || !tokens || !lengths || !lrs || !losses || n_steps < 1 || batch < 1 || batch > s->max_batch)
         return EMG_ERR_ARGUMENT;
     for (int i = 0; i < n_steps; i++)
-        if (check_batch(batch, tokens + i * batch * S, lengths + i * batch) != EMG_OK) return EMG_ERR_ARGUMENT;
+        if (emg_check_batch(batch, s->max_batch, tokens + i * batch * S, lengths + i * batch) != EMG_OK)
+            return EMG_ERR_ARGUMENT;
     for (int i = 0; i < n_steps; i++) {
         losses[i] = loss_grad(s, batch, tokens + i * batch * S, lengths + i * batch);
         if (!isfinite(losses[i])) return EMG_ERR_NONFINITE;
