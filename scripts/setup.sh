@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Set up a fresh Debian 12 machine for eemicrogpt: system build tools, a venv in .venv, the core and every
 # backend that builds here (ARM backends install as pure Python on x86 and report themselves unavailable).
-# Idempotent: re-running only reinstalls the project's own packages.
+# Idempotent: re-running only reinstalls the project's own packages. Prints a line per step; the full
+# output of each step goes to .venv/setup-logs/ and is shown only when the step fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -14,14 +15,28 @@ if [ ! -x .venv/bin/python ]; then
   echo "== creating .venv"
   python3 -m venv .venv
 fi
-PIP=(.venv/bin/python -m pip install -q --disable-pip-version-check)
-"${PIP[@]}" --upgrade pip setuptools wheel
-echo "== installing eemicrogpt (core) and backends"
-"${PIP[@]}" -e ".[test]"
+logs=.venv/setup-logs
+mkdir -p "$logs"
+
+# step NAME COMMAND...: run quietly into $logs/NAME.log; on failure show the log's end and stop.
+step() {
+  local name=$1 log="$logs/$1.log"
+  shift
+  echo "== $name"
+  if ! "$@" >"$log" 2>&1; then
+    echo "setup: '$name' failed; the last lines of $log:" >&2
+    tail -n 40 "$log" >&2
+    exit 1
+  fi
+}
+
+PIP=(.venv/bin/python -m pip install --disable-pip-version-check)
+step "pip, setuptools, wheel" "${PIP[@]}" --upgrade pip setuptools wheel
+step "eemicrogpt (core, editable, with test tools)" "${PIP[@]}" -e ".[test]"
 # One pip call: some backends depend on others (sme2_f16 on sme2_f32), so pip must see them together.
 backends=()
 for backend in backends/*/; do
   [ -f "$backend/pyproject.toml" ] && backends+=("./$backend")
 done
-"${PIP[@]}" "${backends[@]}"
+step "backends: $(basename -a "${backends[@]}" | tr '\n' ' ')" "${PIP[@]}" "${backends[@]}"
 .venv/bin/eemicrogpt backends
