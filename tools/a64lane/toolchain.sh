@@ -19,6 +19,10 @@ fi
 "$HOST_PY" -c 'import sys; assert sys.version_info[:2] == (3, 11), sys.version' ||
   die "HOST_PY=$HOST_PY must be CPython 3.11 (its compileall output is reused by the emulated 3.11)"
 "$HOST_PY" -m pip --version >/dev/null || die "$HOST_PY has no pip"
+# stage.sh installs the project's packages without build isolation: the host's setuptools must read
+# their PEP 639 license metadata.
+"$HOST_PY" -c 'import setuptools, sys; sys.exit(int(setuptools.__version__.split(".")[0]) < 77)' ||
+  die "$HOST_PY needs setuptools >= 77 (run the lane from the project's .venv, or: $HOST_PY -m pip install 'setuptools>=77')"
 
 # Compile and link a one-line aarch64 program that includes a libc header, so a missing piece fails here,
 # named, instead of deep inside a backend build.
