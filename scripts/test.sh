@@ -2,6 +2,8 @@
 # The whole test suite from a fresh Debian 12 machine: set-up, lint, the native tests, the sanitizer run of the
 # x86 backend, the third-party example backend, and the aarch64 lane (Neon and SME2 under QEMU user-mode
 # emulation). Set EEMICROGPT_SKIP_A64LANE=1 to leave the (slower) lane out of a local run.
+# The names file: $EEMICROGPT_DATA, else ../shared/data/names.txt beside the checkout, else the verified
+# download cache; without any, the first test that needs it fails with one line saying how to provide it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -15,9 +17,11 @@ section "example third-party backend (built against eemicrogpt.h alone)"
 python -m pip install -q --disable-pip-version-check ./examples/minimal_native_backend
 
 section "pytest: core, numpy_ref, the native backends this CPU runs, the example backend"
-# x86 backends must not be skipped on this machine: a missing one fails.
-EEMICROGPT_REQUIRE_BACKENDS=numpy_ref,avx512,avx2,example_c \
-  pytest -q tests backends/*/tests examples/minimal_native_backend/tests
+# Every backend this CPU can run must run: the kit fails (not skips) a required backend that is unavailable.
+EEMICROGPT_REQUIRE_BACKENDS=$(python scripts/required_backends.py)
+export EEMICROGPT_REQUIRE_BACKENDS
+echo "backends required on this CPU: $EEMICROGPT_REQUIRE_BACKENDS"
+pytest -q tests backends/*/tests examples/minimal_native_backend/tests
 
 section "x86 backend under AddressSanitizer + UndefinedBehaviorSanitizer"
 PYTHON=python bash backends/x86/tests/run_sanitized.sh

@@ -66,6 +66,23 @@ def cpu_features() -> int:
     return int(lib.emg_x86_cpu_features())
 
 
+def cpu_lacks(name: str) -> str | None:
+    """Why this CPU (or OS, or EEMICROGPT_X86_DISABLE) rules out the variant, or None when it does not.
+
+    Needs the probe library; the test command also uses it to decide which variants must run here.
+    """
+    variant = VARIANTS[name]
+    bits = cpu_features()
+    masked = disabled_features()
+    missing = [f for f in variant.features if not bits & FEATURE_BITS[f] or f in masked]
+    if missing:
+        why = " (masked by " + DISABLE_ENV + ")" if any(f in masked for f in missing) else ""
+        return f"{name}: CPU lacks {', '.join(missing)}{why}"
+    if not bits & variant.os_state:
+        return f"{name}: the OS does not enable {variant.os_state_name} register state (XCR0)"
+    return None
+
+
 def probe(name: str) -> ProbeResult:
     variant = VARIANTS[name]
     machine = platform.machine().lower()
@@ -75,12 +92,7 @@ def probe(name: str) -> ProbeResult:
         return ProbeResult.no(
             f"{name}: the native library was not built (reinstall eemicrogpt-backend-x86 with a C compiler)"
         )
-    bits = cpu_features()
-    masked = disabled_features()
-    missing = [f for f in variant.features if not bits & FEATURE_BITS[f] or f in masked]
-    if missing:
-        why = " (masked by " + DISABLE_ENV + ")" if any(f in masked for f in missing) else ""
-        return ProbeResult.no(f"{name}: CPU lacks {', '.join(missing)}{why}")
-    if not bits & variant.os_state:
-        return ProbeResult.no(f"{name}: the OS does not enable {variant.os_state_name} register state (XCR0)")
+    lacks = cpu_lacks(name)
+    if lacks:
+        return ProbeResult.no(lacks)
     return ProbeResult.ok(variant.score, f"{name}: {'/'.join(variant.features)} detected")
