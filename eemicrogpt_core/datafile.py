@@ -6,7 +6,7 @@ import hashlib
 import os
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 import platformdirs
@@ -58,6 +58,42 @@ def fetch_verified(
         )
     atomic_write_bytes(dest, data)
     return dest
+
+
+def cached_names_file(env: Mapping[str, str] = os.environ) -> Path | None:
+    """The makemore names.txt in the download cache when it is there and verifies, else None."""
+    cached = cache_dir(env) / "names.txt"
+    try:
+        return cached if sha256_of(cached.read_bytes()) == DEFAULT_SHA256 else None
+    except OSError:
+        return None
+
+
+def find_names_file(
+    extra: Iterable[Path] = (), env: Mapping[str, str] = os.environ
+) -> tuple[Path | None, str]:
+    """A names file that is here without downloading, and where else one was looked for.
+
+    Order: $EEMICROGPT_DATA (if set, it is the answer even when missing, so a typo is not papered over),
+    then `extra` (e.g. a checkout's shared copy), then the verified download cache.
+    Returns (path or None, a one-line hint on how to provide the file).
+    """
+    if env.get(ENV_VAR):
+        return Path(env[ENV_VAR]).expanduser(), f"{ENV_VAR} is set"
+    looked = [str(p) for p in extra]
+    for candidate in extra:
+        if candidate.is_file():
+            return candidate, ""
+    cached = cached_names_file(env)
+    if cached is not None:
+        return cached, ""
+    looked.append(str(cache_dir(env) / "names.txt"))
+    hint = (
+        f"no names file found (looked in {', '.join(looked)}): set {ENV_VAR}=/path/to/names.txt "
+        f"(makemore's names.txt, sha256 {DEFAULT_SHA256[:12]}...), or run `eemicrogpt train` once online "
+        "to download it to the cache"
+    )
+    return None, hint
 
 
 def resolve_data_path(

@@ -9,14 +9,15 @@
 
 The backend is obtained through the registry exactly as users get it (`load_registry`, `open_session`, the
 validated session) and checked against numpy_ref (package eemicrogpt-backend-numpy, required) on seeded
-batches of real names (synthetic ones when names.txt is not around). Every size, step count and tolerance
-is a class attribute so that slow environments (QEMU emulation) can shrink the work.
+batches of real names (`names_file()`: found as the program finds it, else a one-line failure). Every size,
+step count and tolerance is a class attribute so that slow environments (QEMU emulation) can shrink the work.
 
 The checks, per d_model in `d_models` (n_heads from `heads_for`):
   loss and per-tensor gradients vs numpy_ref float64 (RMS and max relative error, printed); one Adam step
-  from a state with Adam history (params, m, v, step); a `trajectory_steps` loss trajectory vs numpy_ref
-  in `trajectory_reference_dtype` (largest per-step difference printed); set_state/get_state round trip
-  (exact, copies); determinism (bit-identical reruns); loss_and_grads leaves the state alone.
+  from a state with Adam history (params, m, v, step); a `trajectory_steps` training run vs numpy_ref
+  float64, checked in short windows restarted from the reference's own states plus a statistic of the
+  whole run (see test_loss_trajectory_matches_reference); set_state/get_state round trip (exact, copies);
+  determinism (bit-identical reruns); loss_and_grads leaves the state alone.
 Once per class: every entry of BAD_INPUTS is rejected with a BatchError by the validated session, state
 untouched.
 
@@ -27,6 +28,7 @@ list of names, or `all`) names it: then that reason is a failure.
 from __future__ import annotations
 
 import functools
+import itertools
 import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -38,6 +40,7 @@ import numpy as np
 import pytest
 
 from .backend import TrainState
+from .datafile import find_names_file
 from .errors import BatchError
 from .model import BOUNDARY, MAX_SEQ, TENSOR_NAMES, VOCAB, ModelShape, init_params, views
 from .optim import lr_schedule
@@ -54,31 +57,33 @@ _REFERENCE_CACHE: dict[tuple[object, ...], Any] = {}
 @dataclass(frozen=True)
 class Names:
     names: tuple[str, ...]
-    real: bool  # False: seeded synthetic names because no names file was found
 
 
-def _names_file_candidates() -> Iterator[Path]:
-    if os.environ.get("EEMICROGPT_DATA"):
-        yield Path(os.environ["EEMICROGPT_DATA"])
-    # A repository checkout sits next to shared/ (tests read ../shared/data/names.txt from the repo root).
-    yield Path(__file__).resolve().parents[2] / "shared" / "data" / "names.txt"
-    yield Path("../shared/data/names.txt")
+def names_file() -> Path:
+    """The names file the kit and the project's tests read, found the way the program finds it.
+
+    $EEMICROGPT_DATA, the shared copy beside a checkout (../shared/data/names.txt), the verified download
+    cache. None there is a one-line test failure that says how to provide it: the checks' bounds assume
+    real names, so there is no synthetic stand-in.
+    """
+    beside_checkout = Path(__file__).resolve().parents[2] / "shared" / "data" / "names.txt"
+    path, hint = find_names_file(extra=[beside_checkout, Path("../shared/data/names.txt").resolve()])
+    if path is None:
+        pytest.fail(hint, pytrace=False)
+    if not path.is_file():
+        pytest.fail(f"the names file {path} ({hint}) does not exist", pytrace=False)
+    return path
 
 
 @functools.cache
 def load_names(path: str | None = None) -> Names:
-    """Lower-case a-z names from `path` or the first names file found; seeded synthetic names otherwise."""
-    candidates = [Path(path)] if path else list(_names_file_candidates())
-    for candidate in candidates:
-        if candidate.is_file():
-            lines = candidate.read_text(encoding="utf-8").split()
-            names = tuple(n for n in (line.lower() for line in lines) if n.isascii() and n.isalpha())
-            if names:
-                return Names(names, real=True)
-    rng = np.random.default_rng(0)
-    letters = np.array(list("abcdefghijklmnopqrstuvwxyz"))
-    synthetic = tuple("".join(rng.choice(letters, rng.integers(1, 16))) for _ in range(2000))
-    return Names(synthetic, real=False)
+    """Lower-case a-z names from `path`, or from names_file()."""
+    source = Path(path) if path else names_file()
+    lines = source.read_text(encoding="utf-8").split()
+    names = tuple(n for n in (line.lower() for line in lines) if n.isascii() and n.isalpha())
+    if not names:
+        pytest.fail(f"the names file {source} holds no a-z names", pytrace=False)
+    return Names(names)
 
 
 def make_batches(
@@ -139,15 +144,17 @@ class Tolerances:
     grad_rel_max: float  # per tensor max |error| / max |reference|
     adam_param: float  # max |params - reference| / lr after one Adam step
     adam_moment: float  # per moment buffer max |error| / max |reference| after one Adam step
-    trajectory: float  # max |loss difference| per step over the whole trajectory
-    trajectory_early: float  # max |loss difference| over its first `trajectory_early_steps` steps
+    trajectory_window: float  # max |loss difference| per step inside a window restarted from reference states
+    trajectory_window_params: float  # relative RMS error of the parameter change over a window
+    trajectory: float  # max |difference| of the whole run's quarter means of the loss
 
 
-# Starting points per compute precision; a backend sets its own with class attributes.
+# Starting points per compute precision; a backend sets its own with class attributes. The trajectory
+# bounds (last three) are derived in docs/testing-trajectories.md from fp32 runs measured against float64.
 DEFAULT_TOLERANCES: dict[str, Tolerances] = {
-    "fp64": Tolerances(1e-12, 1e-10, 1e-9, 1e-9, 1e-10, 1e-9, 1e-9),
-    "fp32": Tolerances(1e-5, 1e-5, 1e-4, 1e-3, 1e-4, 5e-3, 1e-4),
-    "fp16": Tolerances(3e-3, 3e-2, 1e-1, 2e-1, 5e-2, 1e-1, 2e-2),
+    "fp64": Tolerances(1e-12, 1e-10, 1e-9, 1e-9, 1e-10, 1e-9, 1e-9, 1e-9),
+    "fp32": Tolerances(1e-5, 1e-5, 1e-4, 1e-3, 1e-4, 5e-4, 1e-3, 1e-2),
+    "fp16": Tolerances(3e-3, 3e-2, 1e-1, 2e-1, 5e-2, 2e-2, 1e-1, 1e-1),
 }
 
 
@@ -261,13 +268,15 @@ class BackendConformance:
     seed: ClassVar[int] = 1234
     param_scale: ClassVar[float] = 1.5  # scales init params for the gradient checks: peakier softmaxes
     trajectory_steps: ClassVar[int] = 200
-    # Training is chaotic, more so at larger d_model and lr: one ReLU input within rounding distance of 0
-    # sends two correct fp32 implementations apart, and Adam amplifies it (numpy_ref float32 vs float64 at
-    # d128 drift 2e-2 apart within 150 steps at lr 0.003, 1e-3 at lr 0.001; d16-d64 stay within 1e-6).
-    # Hence modest learning rates, a tight bound on the first steps and a looser one on the whole run.
+    # Training is chaotic: one ReLU input within rounding distance of 0 sends two correct fp32
+    # implementations apart and Adam amplifies it, so where a run ends up depends on the last bits of a
+    # BLAS (numpy_ref float32 vs float64 at d32 differ by 1.3e-2 at step 145 on one CPU and 1e-6 on
+    # another). The per-step check therefore runs in short windows, each restarted from the float64
+    # reference's own state, where two correct implementations agree to rounding; the whole run is judged
+    # by a statistic (its quarter means). docs/testing-trajectories.md has the measurements.
     trajectory_lrs: ClassVar[dict[int, float]] = {16: 0.01, 32: 0.01, 64: 0.003, 128: 0.001}
-    trajectory_early_steps: ClassVar[int] = 10
-    trajectory_reference_dtype: ClassVar[str] = "float32"
+    trajectory_windows: ClassVar[int] = 4  # spread evenly over the run, the first at step 0
+    trajectory_window_steps: ClassVar[int] = 10
     adam_lr: ClassVar[float] = 0.01
     names_file: ClassVar[str | None] = None
     # In-process plugins registered next to the installed ones (for testing a backend before packaging).
@@ -278,8 +287,9 @@ class BackendConformance:
     grad_rel_max_tol: ClassVar[float | None] = None
     adam_param_tol: ClassVar[float | None] = None
     adam_moment_tol: ClassVar[float | None] = None
+    trajectory_window_tol: ClassVar[float | None] = None
+    trajectory_window_params_tol: ClassVar[float | None] = None
     trajectory_tol: ClassVar[float | None] = None
-    trajectory_early_tol: ClassVar[float | None] = None
     skip: ClassVar[dict[str, list[str]]] = {}  # {reason: [test names]}
 
     def heads_for(self, d_model: int) -> int:
@@ -357,15 +367,29 @@ class BackendConformance:
         lrs = lr_schedule(1, n, n, self.trajectory_lr(d_model))
         return TrainState.fresh(init_params(self.shape(d_model), self.seed)), tokens, lengths, lrs
 
-    def reference_trajectory(self, d_model: int) -> np.ndarray:
-        """numpy_ref losses over trajectory_inputs in trajectory_reference_dtype (cached likewise)."""
-        dtype = self.trajectory_reference_dtype
-        key = self._reference_key(d_model, "trajectory", self.trajectory_steps, self.trajectory_lr(d_model), dtype)
+    def trajectory_windows_at(self) -> list[tuple[int, int]]:
+        """(first step, step count) of each window: evenly spread, the first at 0, the last ending at n."""
+        n = self.trajectory_steps
+        w = min(self.trajectory_window_steps, n)
+        starts = np.linspace(0, n - w, max(1, self.trajectory_windows)).round().astype(int)
+        return [(int(s), w) for s in sorted(set(starts.tolist()))]
+
+    def reference_trajectory(self, d_model: int) -> tuple[np.ndarray, dict[int, TrainState]]:
+        """numpy_ref float64 losses over trajectory_inputs and its states at every window edge (cached)."""
+        key = self._reference_key(d_model, "trajectory", self.trajectory_steps, self.trajectory_lr(d_model),
+                                  tuple(self.trajectory_windows_at()))
         if key not in _REFERENCE_CACHE:
             state, tokens, lengths, lrs = self.trajectory_inputs(d_model)
-            with self.open_reference(d_model, dtype) as ref:
+            windows = self.trajectory_windows_at()
+            edges = sorted({0, self.trajectory_steps} | {e for s, w in windows for e in (s, s + w)})
+            losses, states = [], {}
+            with self.open_reference(d_model, "float64") as ref:
                 ref.set_state(state)
-                _REFERENCE_CACHE[key] = ref.train_steps(tokens, lengths, lrs)
+                for start, stop in itertools.pairwise(edges):
+                    states[start] = ref.get_state()
+                    losses.append(ref.train_steps(tokens[start:stop], lengths[start:stop], lrs[start:stop]))
+                states[edges[-1]] = ref.get_state()
+            _REFERENCE_CACHE[key] = (np.concatenate(losses).astype(np.float64), states)
         return _REFERENCE_CACHE[key]
 
     # -- the checks --
@@ -419,23 +443,54 @@ class BackendConformance:
         assert m_err <= self.tol("adam_moment") and v_err <= self.tol("adam_moment")
 
     def test_loss_trajectory_matches_reference(self, d_model: int) -> None:
+        """Training follows numpy_ref float64, judged where that is free of chaos.
+
+        Windows: from the reference's float64 state at each window's first step (rounded to the session's
+        dtype), the backend runs the window's steps; every loss must match the reference's within
+        `trajectory_window` and the parameter change within `trajectory_window_params` (relative RMS, so
+        the sign of Adam's update on a gradient that is zero up to rounding does not count). This catches
+        a wrong Adam step count or bias correction, a shifted learning rate, a dropped position.
+        Whole run: all `trajectory_steps` in one call from the initial state; the losses must be finite
+        and each quarter's mean within `trajectory` of the reference's (two correct fp32 runs part ways
+        step by step but not in their averages).
+        """
         n = self.trajectory_steps
         state, tokens, lengths, lrs = self.trajectory_inputs(d_model)
-        want = self.reference_trajectory(d_model)
+        want, ref_states = self.reference_trajectory(d_model)
+        dtype = np.dtype(self.dtype)
+        window_loss, window_params = 0.0, 0.0
         with self.open(d_model) as session:
+            for start, w in self.trajectory_windows_at():
+                begin, end = ref_states[start], ref_states[start + w]
+                session.set_state(TrainState(begin.params.astype(dtype), begin.adam_m.astype(dtype),
+                                             begin.adam_v.astype(dtype), begin.step))
+                got = session.train_steps(tokens[start:start + w], lengths[start:start + w],
+                                          lrs[start:start + w])
+                after = session.get_state()
+                assert after.step == start + w, f"window at step {start}: step {after.step}, not {start + w}"
+                loss_diff = float(np.max(np.abs(got.astype(np.float64) - want[start:start + w])))
+                params_err = relative_errors(after.params - begin.params, end.params - begin.params)[0]
+                print(f"d{d_model}: window of {w} steps from step {start}: loss difference {loss_diff:.2e}, "
+                      f"parameter change relative RMS error {params_err:.2e}")
+                window_loss, window_params = max(window_loss, loss_diff), max(window_params, params_err)
             session.set_state(state)
             got = session.train_steps(tokens, lengths, lrs)
-        assert got.shape == (n,) and np.all(np.isfinite(got))
-        diff = np.abs(got.astype(np.float64) - want)
-        worst = int(np.argmax(diff))
-        print(
-            f"d{d_model}: {n} steps, largest loss difference {diff[worst]:.2e} at step {worst + 1} "
-            f"({got[worst]:.6f} vs {want[worst]:.6f}); final loss {got[-1]:.4f}"
-        )
-        early = float(diff[: self.trajectory_early_steps].max())
-        print(f"d{d_model}: largest difference over the first {self.trajectory_early_steps} steps {early:.2e}")
-        assert early <= self.tol("trajectory_early")
-        assert diff[worst] <= self.tol("trajectory")
+            final_step = session.get_state().step
+        assert got.shape == (n,) and np.all(np.isfinite(got)), "the whole run's losses must be finite"
+        assert final_step == n
+        quarters = [slice(q * n // 4, (q + 1) * n // 4) for q in range(4) if (q + 1) * n // 4 > q * n // 4]
+        mean_diff = max(abs(float(np.mean(got[q], dtype=np.float64) - np.mean(want[q]))) for q in quarters)
+        step_diff = np.abs(got.astype(np.float64) - want)
+        print(f"d{d_model}: whole run of {n} steps: quarter means differ by at most {mean_diff:.2e} "
+              f"(largest single-step difference {step_diff.max():.2e} at step {int(np.argmax(step_diff)) + 1}, "
+              f"not checked); final loss {got[-1]:.4f}")
+        assert window_loss <= self.tol("trajectory_window"), \
+            f"a loss in a window differs by {window_loss:.2e} (bound {self.tol('trajectory_window')})"
+        assert window_params <= self.tol("trajectory_window_params"), \
+            f"a window's parameter change is off by {window_params:.2e} relative RMS " \
+            f"(bound {self.tol('trajectory_window_params')})"
+        assert mean_diff <= self.tol("trajectory"), \
+            f"the whole run's quarter-mean losses differ by {mean_diff:.2e} (bound {self.tol('trajectory')})"
 
     def test_state_round_trip(self, d_model: int) -> None:
         params = init_params(self.shape(d_model), self.seed)

@@ -1,4 +1,5 @@
-"""Shared fixtures. The names file lives outside the repository: ../shared/data/names.txt from its root."""
+"""Shared fixtures. The names file is never in the repository: it is found as the program finds it
+($EEMICROGPT_DATA, ../shared/data/names.txt beside a checkout, the verified download cache)."""
 
 from __future__ import annotations
 
@@ -6,15 +7,12 @@ from pathlib import Path
 
 import pytest
 
+from eemicrogpt_core import testing
+
 # pytester runs generated subclasses of the conformance kit (tests/test_conformance_kit.py).
 pytest_plugins = ["pytester"]
-
-REPO_ROOT = Path(__file__).resolve().parents[1]
-NAMES_FILE = REPO_ROOT.parent / "shared" / "data" / "names.txt"
 
 
 @pytest.fixture(scope="session")
 def names_file() -> Path:
-    if not NAMES_FILE.is_file():
-        pytest.fail(f"test data missing: {NAMES_FILE} (the makemore names.txt)", pytrace=False)
-    return NAMES_FILE
+    return testing.names_file()

@@ -26,7 +26,14 @@ class OffByOne(NumpySession):
     """Drops each sequence's last live position (the one predicting the closing boundary)."""
 
     def loss_and_grads(self, tokens, lengths, want_grads=True):
-        return super().loss_and_grads(tokens, np.maximum(lengths - 1, 2).astype(np.uint8), want_grads)
+        return super().loss_and_grads(tokens, self.dropped(lengths), want_grads)
+
+    def train_steps(self, tokens, lengths, lrs):
+        return super().train_steps(tokens, self.dropped(lengths), lrs)
+
+    @staticmethod
+    def dropped(lengths):
+        return np.maximum(lengths - 1, 2).astype(np.uint8)
 
 
 class LrOff(NumpySession):
@@ -34,6 +41,24 @@ class LrOff(NumpySession):
 
     def train_steps(self, tokens, lengths, lrs):
         return super().train_steps(tokens, lengths, lrs * np.float32(1.01))
+
+
+class StepOff(NumpySession):
+    """Counts Adam steps one ahead, so the bias correction uses step + 1 (an off-by-one step counter)."""
+
+    def train_steps(self, tokens, lengths, lrs):
+        self._step += 1
+        try:
+            return super().train_steps(tokens, lengths, lrs)
+        finally:
+            self._step -= 1
+
+
+class LrShift(NumpySession):
+    """Applies each step the previous step's learning rate (an off-by-one LR schedule)."""
+
+    def train_steps(self, tokens, lengths, lrs):
+        return super().train_steps(tokens, lengths, np.concatenate([lrs[:1], lrs[:-1]]))
 
 
 class Noisy(NumpySession):
@@ -59,7 +84,10 @@ class Aliased(NumpySession):
         return TrainState(self._params, self._m, self._v, self._step)
 
 
-MUTANTS = {cls.__name__.lower(): cls for cls in (GradientOff, OffByOne, LrOff, Noisy, Leaky, Aliased)}
+MUTANTS = {
+    cls.__name__.lower(): cls
+    for cls in (GradientOff, OffByOne, LrOff, StepOff, LrShift, Noisy, Leaky, Aliased)
+}
 
 
 class MutantPlugin:
@@ -85,6 +113,9 @@ def kit(name: str, **attributes: object) -> BackendConformance:
         ("offbyone", "test_loss_matches_reference"),
         ("offbyone", "test_gradients_match_reference"),
         ("lroff", "test_one_adam_step_matches_reference"),
+        ("offbyone", "test_loss_trajectory_matches_reference"),
+        ("stepoff", "test_loss_trajectory_matches_reference"),
+        ("lrshift", "test_loss_trajectory_matches_reference"),
         ("noisy", "test_determinism"),
         ("leaky", "test_loss_and_grads_leaves_state_unchanged"),
         ("aliased", "test_state_round_trip"),
@@ -95,7 +126,7 @@ def test_kit_fails_a_broken_backend(mutant: str, check: str) -> None:
         getattr(kit(mutant), check)(16)
 
 
-@pytest.mark.parametrize("mutant", ["gradientoff", "lroff", "noisy", "leaky", "aliased"])
+@pytest.mark.parametrize("mutant", ["gradientoff", "lroff", "stepoff", "lrshift", "noisy", "leaky", "aliased"])
 def test_kit_passes_what_each_mutant_does_not_break(mutant: str) -> None:
     # Each mutant breaks one property; the loss check must still pass for those that keep the loss right.
     kit(mutant).test_loss_matches_reference(16)

@@ -24,3 +24,4 @@ class TestSme2F16Conformance(BackendConformance):
     grad_rel_rms_tol: ClassVar[float | None] = 0.04
     grad_rel_max_tol: ClassVar[float | None] = 0.12
     trajectory_steps = 8
+    trajectory_windows = 1
