@@ -447,9 +447,11 @@ class BackendConformance:
 
         Windows: from the reference's float64 state at each window's first step (rounded to the session's
         dtype), the backend runs the window's steps; every loss must match the reference's within
-        `trajectory_window` and the parameter change within `trajectory_window_params` (relative RMS, so
-        the sign of Adam's update on a gradient that is zero up to rounding does not count). This catches
-        a wrong Adam step count or bias correction, a shifted learning rate, a dropped position.
+        `trajectory_window`, and in windows that start with Adam history the parameter change within
+        `trajectory_window_params` (relative RMS). From zero moments Adam's first update is
+        lr * g / (|g| + eps), which two correct backends compute differently where |g| is near eps, so
+        the window at step 0 is judged by its losses. This catches a wrong Adam step count or bias
+        correction, a shifted learning rate, a dropped position.
         Whole run: all `trajectory_steps` in one call from the initial state; the losses must be finite
         and each quarter's mean within `trajectory` of the reference's (two correct fp32 runs part ways
         step by step but not in their averages).
@@ -471,8 +473,11 @@ class BackendConformance:
                 loss_diff = float(np.max(np.abs(got.astype(np.float64) - want[start:start + w])))
                 params_err = relative_errors(after.params - begin.params, end.params - begin.params)[0]
                 print(f"d{d_model}: window of {w} steps from step {start}: loss difference {loss_diff:.2e}, "
-                      f"parameter change relative RMS error {params_err:.2e}")
-                window_loss, window_params = max(window_loss, loss_diff), max(window_params, params_err)
+                      f"parameter change relative RMS error {params_err:.2e}"
+                      f"{' (not checked: no Adam history yet)' if start == 0 else ''}")
+                window_loss = max(window_loss, loss_diff)
+                if start > 0:
+                    window_params = max(window_params, params_err)
             session.set_state(state)
             got = session.train_steps(tokens, lengths, lrs)
             final_step = session.get_state().step
