@@ -162,7 +162,8 @@ class _NanPlugin:
 
 def test_non_finite_loss_is_a_clear_error(cfg: TrainConfig) -> None:
     reg = load_registry(entry_points=False, extra_plugins=[_NanPlugin()])
-    with pytest.raises(TrainingDiverged, match="became nan at step 13; try a lower --lr"):
+    expected = "became nan at step 13; no run directory, nothing saved; try a lower --lr"
+    with pytest.raises(TrainingDiverged, match=expected):
         train(dataclasses.replace(cfg, backend="nan_backend"), reg)
 
 
