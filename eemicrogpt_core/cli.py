@@ -120,7 +120,6 @@ def _fresh_setup(
     cfg = dataclasses.replace(cfg, data=str(resolve_data_path(data, cfg.data)))
     prepared = prepare_data(cfg)
     run = RunDir.create(cfg.out, cfg)
-    run.claim()
     return dataclasses.replace(cfg, out=str(run.path)), run, prepared
 
 
@@ -157,7 +156,6 @@ def _resume_setup(
         console.print(f"{run.path} already finished ({ckpt.total_steps:,} steps); nothing to resume")
         return None
     chosen = registry.select(cfg.backend, cfg.shape, cfg.batch, cfg.dtype).name
-    run.claim()
     prepared = prepare_data(cfg)
     _check_same_data(ckpt, prepared, cfg, allow_data_change, console)
     if ckpt.backend and chosen != ckpt.backend:
@@ -220,6 +218,7 @@ def train_cmd(
             raise ConfigError("--allow-data-change only applies with --resume")
         cfg, run, prepared = _fresh_setup(registry, config, overrides, backend, data)
         ckpt = None
+    run.claim()  # a second process training (or resuming) this directory stops here
     try:
         result = train(cfg, registry, run_dir=run, resume=ckpt, reporter=RichReporter(console), data=prepared)
     finally:
