@@ -19,7 +19,7 @@ import numpy as np
 
 from .backend import TrainState
 from .checkpoint import Checkpoint, save_checkpoint, software_versions
-from .config import TrainConfig
+from .config import MAX_STEPS, TrainConfig
 from .data import BatchSampler, Dataset, encode, fixed_batches, read_names, split
 from .errors import EemicrogptError, StorageError, describe_os_error
 from .interrupt import deferred_stop, signal_name
@@ -165,7 +165,7 @@ def estimate_steps(session: Any, data: Dataset, cfg: TrainConfig, budget: float)
             break
         n = min(2 * n, 1000)
     session.set_state(saved)
-    return max(1, int(budget / statistics.median(per_step)))
+    return min(MAX_STEPS, max(1, int(budget / statistics.median(per_step))))  # the cap every run shares
 
 
 class _Run:
