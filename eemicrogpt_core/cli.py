@@ -232,7 +232,7 @@ def train_cmd(
 @app.command("sample")
 def sample_cmd(
     run_dir: Annotated[Path, typer.Argument(help="a run directory written by `eemicrogpt train`")],
-    n: Annotated[int, typer.Option("-n", "--num", help="how many names")] = 20,
+    n: Annotated[int, typer.Option("-n", "--num", help="how many names (1..10,000)")] = 20,
     temperature: Annotated[float, typer.Option(help="sampling temperature (> 0; lower is more typical)")] = 0.5,
     seed: Annotated[int, typer.Option(help="sampling seed")] = 0,
 ) -> None:

@@ -364,6 +364,22 @@ def test_out_under_a_file_is_one_line(names_file: Path, tmp_path: Path) -> None:
     assert_one_line_error(result, f"--out {blocker} exists and is not a directory")
 
 
+def test_os_and_memory_errors_no_module_names_still_end_in_one_line(half_run: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    def denied(path: Path) -> None:
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(path))
+
+    monkeypatch.setattr(cli, "load_checkpoint", denied)
+    assert_one_line_error(run("sample", str(half_run)), f"cannot access {half_run / 'checkpoint.npz'}",
+                          "Permission denied", "fix the permissions")
+
+    def exhausted(path: Path) -> None:
+        raise MemoryError
+
+    monkeypatch.setattr(cli, "load_checkpoint", exhausted)
+    assert_one_line_error(run("sample", str(half_run)), "out of memory; lower d_model")
+
+
 def test_missing_parent_folders_of_out_are_created(names_file: Path, tmp_path: Path) -> None:
     out = tmp_path / "a" / "b" / "run"
     result = run("train", "--backend", "numpy_ref", "--data", str(names_file), *TINY, "--steps", "100",
