@@ -7,6 +7,20 @@ import tempfile
 from pathlib import Path
 
 
+def fsync_directory(directory: Path) -> None:
+    """Make a rename in `directory` durable: without this a power cut can forget the new name."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return  # platforms (Windows) or file systems that cannot open a directory: nothing more to do
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # some file systems refuse fsync on a directory (EINVAL); the rename itself has happened
+    finally:
+        os.close(fd)
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Readers see the old file or the new one, never half of either (os.replace is atomic on POSIX)."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -20,6 +34,7 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    fsync_directory(path.parent)
 
 
 def atomic_write_text(path: Path, text: str) -> None:

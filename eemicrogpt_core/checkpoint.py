@@ -2,29 +2,42 @@
 
 Arrays: params, adam_m, adam_v in the shared parameter layout, kept in the session's float dtype (float32,
 or float64 for float64 runs) so that a resume is bit-exact. `meta` holds JSON: the step, the
-total steps the LR schedule spans, the batch sampler's generator state, the resolved config, and the recent
-train losses (so the rolling mean continues too).
+total steps the LR schedule spans, the batch sampler's generator state, the resolved config, the recent
+train losses (so the rolling mean continues too), the sha256 of the names file and the software versions.
+
+Reading trusts nothing in the file: every .npy header inside the zip is checked (dtype, shape against the
+saved config) before its data is read, so a small file cannot make the reader allocate gigabytes, and every
+metadata field is type- and range-checked (safetensors' "header before data" rule).
 """
 
 from __future__ import annotations
 
 import io
 import json
+import math
+import platform
 import zipfile
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 
+from . import __version__
 from .atomic import atomic_write_bytes
 from .backend import TrainState
-from .config import TrainConfig, build_config
+from .config import MAX_STEPS, TrainConfig, build_config
+from .data import sampler_state_problem
 from .errors import CheckpointError, ConfigError
 
 FORMAT = "eemicrogpt-checkpoint"
-VERSION = 1
+VERSION = 2  # 2 added data_sha256 and versions; version 1 files are still read
+READABLE_VERSIONS = (1, 2)
 _ARRAYS = ("params", "adam_m", "adam_v")
+_FLOATS = (np.dtype("<f4"), np.dtype("<f8"))
+MAX_META_BYTES = 1 << 20  # the JSON is a few KB; a bigger meta member is not ours
+MAX_RECENT_LOSSES = 100_000
 
 
 @dataclass
@@ -35,6 +48,15 @@ class Checkpoint:
     config: TrainConfig
     recent_losses: list[float] = field(default_factory=list)
     backend: str = ""
+    data_sha256: str = ""  # of the names file's bytes; "" in version 1 files
+    versions: dict[str, str] = field(default_factory=dict)  # software that wrote it (informational)
+
+
+def software_versions(backend_version: str = "") -> dict[str, str]:
+    versions = {"eemicrogpt": __version__, "python": platform.python_version(), "numpy": np.__version__}
+    if backend_version:
+        versions["backend"] = backend_version
+    return versions
 
 
 def _float_array(x: np.ndarray) -> np.ndarray:
@@ -52,47 +74,142 @@ def save_checkpoint(path: Path, ckpt: Checkpoint) -> None:
         "config": ckpt.config.to_dict(),
         "recent_losses": [float(x) for x in ckpt.recent_losses],
         "backend": ckpt.backend,
+        "data_sha256": ckpt.data_sha256,
+        "versions": ckpt.versions,
     }
     buf = io.BytesIO()
     arrays = {name: _float_array(getattr(ckpt.state, name)) for name in _ARRAYS}
-    np.savez(buf, meta=np.array(json.dumps(meta)), **arrays)
+    np.savez(buf, meta=np.array(json.dumps(meta, allow_nan=False)), **arrays)
     atomic_write_bytes(Path(path), buf.getvalue())
+
+
+def _reject_constant(name: str) -> None:
+    raise ValueError(f"non-finite number {name} in the metadata")
+
+
+def _npy_header(f: IO[bytes], member: str) -> tuple[tuple[int, ...], np.dtype]:
+    """Shape and dtype of one .npy member, from its header alone (numpy caps the header's size)."""
+    version = np.lib.format.read_magic(f)
+    reader = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+    shape, _fortran_order, dtype = reader(f)  # 1-D arrays: the order does not matter
+    if dtype.hasobject:
+        raise CheckpointError(f"{member} holds Python objects, which a checkpoint never does")
+    return shape, dtype
+
+
+def _read_member(zf: zipfile.ZipFile, member: str, expect: tuple[tuple[int, ...], tuple[np.dtype, ...]],
+                 describe: str) -> np.ndarray:
+    """The array in `member` once its header matches `expect` (shape, dtypes); exactly its bytes are read."""
+    with zf.open(member) as f:
+        shape, dtype = _npy_header(f, member)
+        want_shape, dtypes = expect
+        if shape != want_shape or dtype not in dtypes:
+            names = " or ".join(d.name for d in dtypes)
+            raise CheckpointError(f"{member} has shape {shape} {dtype}, expected {want_shape} {names} {describe}")
+        nbytes = dtype.itemsize * math.prod(shape)
+        raw = f.read(nbytes)
+    if len(raw) != nbytes:
+        raise CheckpointError(f"{member} is truncated ({len(raw)} of {nbytes} bytes)")
+    return np.frombuffer(raw, dtype=dtype).reshape(shape).copy()
+
+
+def _meta_text(zf: zipfile.ZipFile) -> str:
+    if zf.getinfo("meta.npy").file_size > MAX_META_BYTES:
+        raise CheckpointError(f"meta.npy declares {zf.getinfo('meta.npy').file_size} bytes, far more than ours")
+    with zf.open("meta.npy") as f:
+        shape, dtype = _npy_header(f, "meta.npy")
+        if shape != () or dtype.kind != "U" or dtype.itemsize > MAX_META_BYTES:
+            raise CheckpointError(f"meta.npy has shape {shape} {dtype}, expected one string")
+        raw = f.read(dtype.itemsize)
+    if len(raw) != dtype.itemsize:
+        raise CheckpointError("meta.npy is truncated")
+    return str(np.frombuffer(raw, dtype=dtype)[0])
+
+
+def _int_field(meta: dict[str, Any], key: str) -> int:
+    value = meta.get(key)
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise CheckpointError(f"{key} must be an integer, got {type(value).__name__}")
+    return value
+
+
+def _parse_meta(text: str) -> dict[str, Any]:
+    meta = json.loads(text, parse_constant=_reject_constant)
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        raise CheckpointError("not an eemicrogpt checkpoint (no eemicrogpt metadata)")
+    if meta.get("version") not in READABLE_VERSIONS:
+        raise CheckpointError(f"checkpoint version {meta.get('version')!r}; this eemicrogpt reads "
+                              f"{', '.join(map(str, READABLE_VERSIONS))} (upgrade eemicrogpt to read it)")
+    return meta
+
+
+def _checked(meta: dict[str, Any]) -> tuple[int, int, dict[str, Any], list[float]]:
+    step, total = _int_field(meta, "step"), _int_field(meta, "total_steps")
+    if not 1 <= total <= MAX_STEPS:
+        raise CheckpointError(f"total_steps {total} is outside 1..{MAX_STEPS}")
+    if not 0 <= step <= total:
+        raise CheckpointError(f"step {step} is outside 0..{total}")
+    sampler_state = meta.get("sampler_state")
+    problem = sampler_state_problem(sampler_state)
+    if problem is not None:
+        raise CheckpointError(f"damaged sampler state ({problem})")
+    recent = meta.get("recent_losses", [])
+    if not isinstance(recent, list) or len(recent) > MAX_RECENT_LOSSES or not all(
+        isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in recent
+    ):
+        raise CheckpointError("recent_losses must be a list of finite numbers")
+    for key in ("backend", "data_sha256"):
+        if not isinstance(meta.get(key, ""), str):
+            raise CheckpointError(f"{key} must be a string")
+    versions = meta.get("versions", {})
+    if not isinstance(versions, dict) or not all(isinstance(v, str) for v in versions.values()):
+        raise CheckpointError("versions must map names to strings")
+    return step, total, sampler_state, [float(x) for x in recent]
+
+
+def _read(path: Path) -> Checkpoint:
+    with zipfile.ZipFile(path) as zf:
+        missing = [k for k in ("meta", *_ARRAYS) if f"{k}.npy" not in zf.namelist()]
+        if missing:
+            raise CheckpointError(f"not an eemicrogpt checkpoint (missing {', '.join(missing)})")
+        meta = _parse_meta(_meta_text(zf))
+        if not isinstance(meta.get("config"), dict):
+            raise CheckpointError("the saved config is missing or not a mapping")
+        try:
+            config = build_config([(f"{path} (saved config)", meta["config"])])
+        except ConfigError as e:
+            raise CheckpointError(str(e)) from None
+        step, total, sampler_state, recent = _checked(meta)
+        n = config.shape.n_params
+        describe = f"for d_model {config.d_model}"
+        arrays = {name: _read_member(zf, f"{name}.npy", ((n,), _FLOATS), describe) for name in _ARRAYS}
+    for name, array in arrays.items():
+        if not np.all(np.isfinite(array)):
+            raise CheckpointError(f"{name} holds non-finite values (the run diverged before this save, or the file "
+                                  "was altered); use an earlier copy or train again")
+    if np.any(arrays["adam_v"] < 0):
+        raise CheckpointError("adam_v holds negative values (it is a mean of squares); the file was altered")
+    state = TrainState(arrays["params"], arrays["adam_m"], arrays["adam_v"], step)
+    return Checkpoint(state, total, sampler_state, config, recent, meta.get("backend", ""),
+                      meta.get("data_sha256", ""), dict(meta.get("versions", {})))
 
 
 def load_checkpoint(path: Path) -> Checkpoint:
     path = Path(path)
     try:
-        with np.load(path, allow_pickle=False) as npz:
-            missing = [k for k in ("meta", *_ARRAYS) if k not in npz.files]
-            if missing:
-                raise CheckpointError(f"{path}: not an eemicrogpt checkpoint (missing {', '.join(missing)})")
-            meta = json.loads(str(npz["meta"]))
-            arrays = {name: npz[name] for name in _ARRAYS}
+        if path.stat().st_size == 0:
+            raise CheckpointError(f"{path}: empty file (0 bytes): the save was cut short; no state to load")
+        return _read(path)
+    except CheckpointError as e:
+        message = str(e)
+        raise CheckpointError(message if message.startswith(str(path)) else f"{path}: {message}") from None
     except FileNotFoundError:
         raise CheckpointError(f"checkpoint not found: {path}") from None
-    except (OSError, ValueError, zipfile.BadZipFile, json.JSONDecodeError) as e:
+    except zipfile.BadZipFile:
+        with path.open("rb") as f:
+            npy = f.read(6) == b"\x93NUMPY"
+        what = "a plain .npy array" if npy else "not a zip archive (truncated, or some other file)"
+        raise CheckpointError(f"{path}: unreadable checkpoint: {what}; point at a checkpoint.npz that "
+                              "`eemicrogpt train` wrote") from None
+    except (OSError, ValueError, EOFError, zlib.error, json.JSONDecodeError, RecursionError) as e:
         raise CheckpointError(f"{path}: unreadable checkpoint ({e})") from None
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-        raise CheckpointError(f"{path}: not an eemicrogpt checkpoint")
-    if meta.get("version") != VERSION:
-        raise CheckpointError(f"{path}: checkpoint version {meta.get('version')}, this eemicrogpt reads {VERSION}")
-    try:
-        config = build_config([(f"{path} (saved config)", meta["config"])])
-        step, total = int(meta["step"]), int(meta["total_steps"])
-        sampler_state = dict(meta["sampler_state"])
-        recent = [float(x) for x in meta.get("recent_losses", [])]
-    except ConfigError as e:
-        raise CheckpointError(str(e)) from None
-    except (KeyError, TypeError, ValueError) as e:
-        raise CheckpointError(f"{path}: damaged checkpoint metadata ({e!r})") from None
-    n = config.shape.n_params
-    for name, array in arrays.items():
-        if array.shape != (n,) or array.dtype not in (np.float32, np.float64):
-            raise CheckpointError(
-                f"{path}: {name} has shape {array.shape} {array.dtype}, expected ({n},) floats for "
-                f"d_model {config.d_model}"
-            )
-    if not 0 <= step <= total:
-        raise CheckpointError(f"{path}: step {step} is outside 0..{total}")
-    state = TrainState(arrays["params"], arrays["adam_m"], arrays["adam_v"], step)
-    return Checkpoint(state, total, sampler_state, config, recent, str(meta.get("backend", "")))

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
+import signal
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -18,11 +20,13 @@ from typer.core import TyperGroup
 
 from . import __version__, bench
 from .checkpoint import Checkpoint, load_checkpoint
-from .config import TrainConfig, load_config, resolve_backend
+from .config import MAX_D_MODEL, TrainConfig, load_config, resolve_backend
 from .data import encode, read_names, split
 from .datafile import resolve_data_path
-from .errors import ConfigError, EemicrogptError
+from .errors import CheckpointError, ConfigError, EemicrogptError, describe_os_error
+from .limits import check_memory
 from .model import ModelShape
+from .paths import user_path
 from .progress import RichReporter
 from .registry import BackendRegistry, load_registry, peak_gflops
 from .rundir import RunDir
@@ -30,7 +34,9 @@ from .sampling import generate
 from .trainer import PreparedData, TrainResult, prepare_data, train
 
 EXIT_USER_ERROR = 2
-EXIT_INTERRUPTED = 130
+MAX_SAMPLES = 10_000  # sample -n: the forward pass holds n x 16 positions of activations at once
+MAX_BENCH_REPEATS = 1000
+MAX_BENCH_SECONDS = 3600.0
 
 
 def _fail(message: str, code: int = EXIT_USER_ERROR) -> int:
@@ -57,6 +63,10 @@ class OneLineErrors(TyperGroup):
             code = _fail(str(e))
         except typer.Abort:
             code = _fail("aborted", 1)
+        except OSError as e:  # what the modules did not name more precisely: still one line, never a traceback
+            code = _fail(describe_os_error(e, "cannot access"))
+        except MemoryError:
+            code = _fail("out of memory; lower d_model, batch or chunk_steps (or sample fewer names)")
         except Exception as e:
             # Usage errors: typer may vendor click, so recognise them by click's exception interface.
             if not (hasattr(e, "format_message") and hasattr(e, "exit_code")):
@@ -103,7 +113,8 @@ def _fresh_setup(
     registry: BackendRegistry, config: Path | None, overrides: dict[str, Any], backend: str | None, data: str | None
 ) -> tuple[TrainConfig, RunDir, PreparedData]:
     """Resolve config, backend and data, and check all of them before a run directory is created."""
-    cfg = load_config(config, overrides)
+    cfg = load_config(user_path(config, "--config") if config else None, overrides)
+    check_memory(cfg)
     cfg = dataclasses.replace(cfg, backend=resolve_backend(backend, cfg.backend))
     registry.select(cfg.backend, cfg.shape, cfg.batch, cfg.dtype)  # before any download: fail fast
     cfg = dataclasses.replace(cfg, data=str(resolve_data_path(data, cfg.data)))
@@ -112,24 +123,48 @@ def _fresh_setup(
     return dataclasses.replace(cfg, out=str(run.path)), run, prepared
 
 
+def _check_same_data(ckpt: Checkpoint, prepared: PreparedData, cfg: TrainConfig, allow_change: bool,
+                     console: Console) -> None:
+    """A resume on other names than the run trained on is refused unless asked for: the batches would differ."""
+    if not ckpt.data_sha256:
+        console.print("note: this checkpoint predates names-file fingerprints; the names file is not checked",
+                      highlight=False)
+    elif ckpt.data_sha256 != prepared.data_sha256:
+        if not allow_change:
+            raise CheckpointError(
+                f"names file {cfg.data} is not the one this run trained on (sha256 {prepared.data_sha256[:12]}..., "
+                f"saved {ckpt.data_sha256[:12]}...); pass --data with the original file, or --allow-data-change "
+                "to continue on this one"
+            )
+        console.print(f"note: continuing on a different names file ({cfg.data}); the batches differ from the "
+                      "original run's", highlight=False)
+
+
 def _resume_setup(
-    registry: BackendRegistry, resume: Path, backend: str | None, data: str | None, console: Console
-) -> tuple[TrainConfig, RunDir, Checkpoint, None] | None:
+    registry: BackendRegistry, resume: Path, backend: str | None, data: str | None, allow_data_change: bool,
+    console: Console,
+) -> tuple[TrainConfig, RunDir, Checkpoint, PreparedData] | None:
     """The saved run with only backend and data overridable; None when it has already finished."""
     run = RunDir.existing(resume)
     ckpt = load_checkpoint(run.checkpoint_path)
+    data_path = user_path(data, "--data") if data else ckpt.config.data
     cfg = dataclasses.replace(
-        ckpt.config, backend=resolve_backend(backend, ckpt.config.backend), data=data or ckpt.config.data,
+        ckpt.config, backend=resolve_backend(backend, ckpt.config.backend), data=str(data_path) if data_path else None,
         out=str(run.path),
     )
     if ckpt.state.step >= ckpt.total_steps:
         console.print(f"{run.path} already finished ({ckpt.total_steps:,} steps); nothing to resume")
         return None
     chosen = registry.select(cfg.backend, cfg.shape, cfg.batch, cfg.dtype).name
+    prepared = prepare_data(cfg)
+    _check_same_data(ckpt, prepared, cfg, allow_data_change, console)
     if ckpt.backend and chosen != ckpt.backend:
         console.print(f"note: this run was trained on {ckpt.backend} and continues on {chosen}; the "
                       f"losses will not match an uninterrupted {ckpt.backend} run bit for bit", highlight=False)
-    return cfg, run, ckpt, None
+    saved_core = ckpt.versions.get("eemicrogpt")
+    if saved_core and saved_core != __version__:
+        console.print(f"note: this run was saved by eemicrogpt {saved_core}; this is {__version__}", highlight=False)
+    return cfg, run, ckpt, prepared
 
 
 @app.command("train")
@@ -155,6 +190,10 @@ def train_cmd(
     out: Annotated[str | None, typer.Option(help="run directory (default runs/<time>-d<d_model>)")] = None,
     log_every: Annotated[int | None, typer.Option(help="steps between log lines, val loss and checkpoints")] = None,
     resume: Annotated[Path | None, typer.Option(help="continue the run in this directory exactly")] = None,
+    allow_data_change: Annotated[
+        bool, typer.Option("--allow-data-change", help="with --resume: continue even though the names file "
+                           "differs from the one the run trained on (its sha256 is in the checkpoint)")
+    ] = False,
 ) -> None:
     """Train a model; writes config.yaml, metrics.jsonl and checkpoint.npz to the run directory."""
     console = Console(soft_wrap=True)  # log lines stay whole in logs and pipes
@@ -170,28 +209,40 @@ def train_cmd(
         if given:
             raise ConfigError(f"--resume continues the saved config; drop {', '.join(given)} "
                               "(only --backend and --data may change)")
-        setup = _resume_setup(registry, resume, backend, data, console)
+        setup = _resume_setup(registry, resume, backend, data, allow_data_change, console)
         if setup is None:
             return
         cfg, run, ckpt, prepared = setup
     else:
+        if allow_data_change:
+            raise ConfigError("--allow-data-change only applies with --resume")
         cfg, run, prepared = _fresh_setup(registry, config, overrides, backend, data)
         ckpt = None
-    result = train(cfg, registry, run_dir=run, resume=ckpt, reporter=RichReporter(console), data=prepared)
+    run.claim()  # a second process training (or resuming) this directory stops here
+    try:
+        result = train(cfg, registry, run_dir=run, resume=ckpt, reporter=RichReporter(console), data=prepared)
+    finally:
+        run.release()
     _summary(result, cfg, console)
     if result.interrupted:
         console.print(f"resume with: eemicrogpt train --resume {run.path}", highlight=False)
-        raise typer.Exit(EXIT_INTERRUPTED)
+        raise typer.Exit(128 + (result.stop_signal or signal.SIGINT))  # the shell's convention: 130 for Ctrl-C
 
 
 @app.command("sample")
 def sample_cmd(
     run_dir: Annotated[Path, typer.Argument(help="a run directory written by `eemicrogpt train`")],
-    n: Annotated[int, typer.Option("-n", "--num", help="how many names")] = 20,
+    n: Annotated[int, typer.Option("-n", "--num", help="how many names (1..10,000)")] = 20,
     temperature: Annotated[float, typer.Option(help="sampling temperature (> 0; lower is more typical)")] = 0.5,
     seed: Annotated[int, typer.Option(help="sampling seed")] = 0,
 ) -> None:
     """Generate names from a trained run."""
+    if not 1 <= n <= MAX_SAMPLES:
+        raise ConfigError(f"-n must be in 1..{MAX_SAMPLES:,}, got {n:,}")
+    if not (math.isfinite(temperature) and temperature > 0):
+        raise ConfigError(f"--temperature must be a finite number > 0, got {temperature}")
+    if seed < 0:
+        raise ConfigError(f"--seed must be >= 0, got {seed}")
     ckpt = load_checkpoint(RunDir.existing(run_dir).checkpoint_path)
     for name in generate(ckpt.state.params, ckpt.config.shape, n=n, temperature=temperature, seed=seed):
         print(name)
@@ -288,14 +339,18 @@ def bench_cmd(
     """Median us/step, us/sample, steps/s, GFLOP/s and % of FP32 peak per backend and size (batch 16)."""
     sizes = tuple(d_model) if d_model else bench.SIZES
     for d in sizes:
+        if d > MAX_D_MODEL:
+            raise ConfigError(f"--d-model {d}: must be <= {MAX_D_MODEL}")
         try:
             ModelShape(d, bench.heads_for(d))
         except ValueError as e:
             raise ConfigError(f"--d-model {d}: {e}") from None
-    if repeats < 1 or seconds <= 0:
-        raise ConfigError("--repeats must be >= 1 and --seconds > 0")
-    if loss_at is not None and loss_at <= 0:
-        raise ConfigError(f"--loss-at must be a positive number of seconds, got {loss_at}")
+    if not 1 <= repeats <= MAX_BENCH_REPEATS:
+        raise ConfigError(f"--repeats must be in 1..{MAX_BENCH_REPEATS}, got {repeats}")
+    for flag, value, bound in (("--seconds", seconds, MAX_BENCH_SECONDS), ("--loss-at", loss_at, MAX_BENCH_SECONDS),
+                               ("--peak-gflops", peak_gflops_, math.inf)):
+        if value is not None and not (math.isfinite(value) and 0 < value <= bound):
+            raise ConfigError(f"{flag} must be a finite number in (0, {bound:g}], got {value}")
     registry = load_registry()
     entries = bench.pick_backends(registry, backend)
     data_path = resolve_data_path(data, None)

@@ -10,6 +10,8 @@ import dataclasses
 import difflib
 import math
 import os
+import re
+import reprlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +25,18 @@ from .model import ModelShape
 DTYPES = ("float32", "float64", "float16")
 BACKEND_ENV_VAR = "EEMICROGPT_BACKEND"
 DEFAULT_SOURCE = "built-in default"
+
+# Upper bounds, checked before anything is allocated. The C backends serve d_model 16..128; numpy_ref runs any
+# width, and 1024 (12.6M parameters) is already far beyond what these CPUs train usefully. Steps: the trainer
+# keeps every step's loss of an invocation in memory (4 bytes each), 400 MB at the bound.
+MAX_D_MODEL = 1024
+MAX_BATCH = 4096
+MAX_STEPS = 100_000_000
+MAX_CHUNK_STEPS = 10_000
+MAX_EVAL_BATCHES = 10_000
+MAX_SEED = 2**63 - 1
+MAX_TIME_BUDGET = 7 * 24 * 3600.0
+MAX_CONFIG_BYTES = 1 << 20  # a config is a few hundred bytes; refuse to parse megabytes
 
 
 @dataclass(frozen=True)
@@ -111,7 +125,7 @@ def _coerce(key: str, value: Any, where: str) -> Any:
     elif isinstance(value, (float, str)) and type(value) in allowed:
         return value
     words = " or ".join(_TYPE_WORDS.get(t, "null") for t in allowed)
-    raise ConfigError(f"{where}: {key} must be {words}, got {type(value).__name__} {value!r}")
+    raise ConfigError(f"{where}: {key} must be {words}, got {type(value).__name__} {reprlib.repr(value)}")
 
 
 def _check_values(cfg: TrainConfig, sources: Mapping[str, str]) -> None:
@@ -123,17 +137,22 @@ def _check_values(cfg: TrainConfig, sources: Mapping[str, str]) -> None:
     for key in ("d_model", "n_heads", "batch", "steps", "log_every", "eval_batches", "chunk_steps"):
         if getattr(cfg, key) < 1:
             fail(key, f"must be >= 1, got {getattr(cfg, key)}")
+    for key, bound in (("d_model", MAX_D_MODEL), ("batch", MAX_BATCH), ("steps", MAX_STEPS),
+                       ("log_every", MAX_STEPS), ("eval_batches", MAX_EVAL_BATCHES),
+                       ("chunk_steps", MAX_CHUNK_STEPS), ("seed", MAX_SEED)):
+        if getattr(cfg, key) > bound:
+            fail(key, f"must be <= {bound:,}, got {getattr(cfg, key):,}")
     if cfg.d_model % cfg.n_heads:
         fail("n_heads", f"must divide d_model {cfg.d_model}, got {cfg.n_heads}")
     if cfg.d_model // cfg.n_heads < 4:
         fail("n_heads", f"leaves head_dim {cfg.d_model // cfg.n_heads} (d_model / n_heads must be >= 4)")
     if not math.isfinite(cfg.lr) or cfg.lr < 0:
         fail("lr", f"must be a finite number >= 0, got {cfg.lr}")
-    if cfg.time_budget is not None and not (math.isfinite(cfg.time_budget) and cfg.time_budget > 0):
-        fail("time_budget", f"must be a positive number of seconds, got {cfg.time_budget}")
+    if cfg.time_budget is not None and not (math.isfinite(cfg.time_budget) and 0 < cfg.time_budget <= MAX_TIME_BUDGET):
+        fail("time_budget", f"must be a positive number of seconds up to {MAX_TIME_BUDGET:,.0f}, got {cfg.time_budget}")
     if cfg.seed < 0:
         fail("seed", f"must be >= 0, got {cfg.seed}")
-    if not 0.0 < cfg.val_fraction < 1.0:
+    if not 0.0 < cfg.val_fraction < 1.0:  # also false for NaN
         fail("val_fraction", f"must be between 0 and 1 (exclusive), got {cfg.val_fraction}")
     if cfg.dtype not in DTYPES:
         fail("dtype", f"must be one of {', '.join(DTYPES)}, got {cfg.dtype!r}")
@@ -161,17 +180,95 @@ def build_config(
     return cfg
 
 
+class _Yaml12Resolver(yaml.resolver.BaseResolver):
+    """YAML 1.2 core-schema scalars instead of PyYAML's YAML 1.1: `1e-3` is a number, `yes`/`on` are strings,
+    and the 1.1 readings that silently change a value (`1:30` as 90, `010` as octal 8) are refused."""
+
+
+_INT = r"[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+"
+_FLOAT = r"[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN)"
+_AMBIGUOUS = r"[-+]?0[0-9]+|[-+]?[0-9][0-9_]*(?::[0-5]?[0-9])+(?:\.[0-9_]*)?|[-+]?0b[01_]+|[-+]?[0-9]+(?:_[0-9]+)+"
+_AMBIGUOUS_TAG = "tag:eemicrogpt,2026:yaml11-number"
+for _tag, _pattern, _first in (
+    ("tag:yaml.org,2002:bool", r"true|True|TRUE|false|False|FALSE", "tTfF"),
+    ("tag:yaml.org,2002:null", r"~|null|Null|NULL|", ["~", "n", "N", ""]),
+    (_AMBIGUOUS_TAG, _AMBIGUOUS, "-+0123456789"),
+    ("tag:yaml.org,2002:int", _INT, "-+0123456789"),
+    ("tag:yaml.org,2002:float", _FLOAT, "-+0123456789.n"),
+):
+    _Yaml12Resolver.add_implicit_resolver(_tag, re.compile(rf"^(?:{_pattern})$"), list(_first))
+
+
+class _ConfigLoader(yaml.reader.Reader, yaml.scanner.Scanner, yaml.parser.Parser, yaml.composer.Composer,
+                    yaml.constructor.SafeConstructor, _Yaml12Resolver):
+    """SafeLoader with YAML 1.2 scalars and no aliases (an alias bomb expands to billions of nodes)."""
+
+    def __init__(self, stream: str) -> None:
+        yaml.reader.Reader.__init__(self, stream)
+        yaml.scanner.Scanner.__init__(self)
+        yaml.parser.Parser.__init__(self)
+        yaml.composer.Composer.__init__(self)
+        yaml.constructor.SafeConstructor.__init__(self)
+        _Yaml12Resolver.__init__(self)
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.events.AliasEvent):
+            event = self.peek_event()
+            raise yaml.composer.ComposerError(None, None, "aliases (*name) are not allowed in a config; write "
+                                              "the value out", event.start_mark)
+        return super().compose_node(parent, index)
+
+    def construct_ambiguous(self, node: yaml.ScalarNode) -> Any:
+        raise yaml.constructor.ConstructorError(
+            None, None, f"{node.value!r} reads differently in YAML 1.1 and 1.2 (1:30 is 90, 010 is 8, 1_0 is "
+            "10 in 1.1); write the plain decimal number you mean, or quote it for a string", node.start_mark)
+
+
+_ConfigLoader.add_constructor(_AMBIGUOUS_TAG, _ConfigLoader.construct_ambiguous)
+
+
+class _ConfigDumper(yaml.emitter.Emitter, yaml.serializer.Serializer, yaml.representer.SafeRepresenter,
+                    _Yaml12Resolver):
+    """SafeDumper that quotes exactly the strings _ConfigLoader would read as something else."""
+
+    def __init__(self, stream: Any, **kwargs: Any) -> None:
+        yaml.emitter.Emitter.__init__(self, stream, canonical=kwargs.get("canonical"), indent=kwargs.get("indent"),
+                                      width=kwargs.get("width"), allow_unicode=kwargs.get("allow_unicode"),
+                                      line_break=kwargs.get("line_break"))
+        yaml.serializer.Serializer.__init__(self, encoding=kwargs.get("encoding"),
+                                            explicit_start=kwargs.get("explicit_start"),
+                                            explicit_end=kwargs.get("explicit_end"), version=kwargs.get("version"),
+                                            tags=kwargs.get("tags"))
+        yaml.representer.SafeRepresenter.__init__(self, default_style=kwargs.get("default_style"),
+                                                  default_flow_style=kwargs.get("default_flow_style", False),
+                                                  sort_keys=kwargs.get("sort_keys", True))
+        _Yaml12Resolver.__init__(self)
+
+
+def parse_yaml(text: str) -> Any:
+    """A config document under the rules of _ConfigLoader."""
+    loader = _ConfigLoader(text)
+    try:
+        return loader.get_single_data()
+    finally:
+        loader.dispose()
+
+
 def read_yaml(path: str | Path) -> dict[str, Any]:
     """The mapping in a YAML config file; malformed YAML names the file and line."""
     path = Path(path)
     try:
+        if path.stat().st_size > MAX_CONFIG_BYTES:
+            raise ConfigError(f"{path}: {path.stat().st_size:,} bytes is far too big for a config file")
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ConfigError(f"config file not found: {path}") from None
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError(f"cannot read config file {path}: {e}") from None
     try:
-        data = yaml.safe_load(text)
+        data = parse_yaml(text)
+    except RecursionError:
+        raise ConfigError(f"{path}: malformed YAML: nested too deeply") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
@@ -204,4 +301,4 @@ def resolve_backend(flag: str | None, config_value: str, env: Mapping[str, str] 
 
 
 def dump_yaml(cfg: TrainConfig) -> str:
-    return yaml.safe_dump(cfg.to_dict(), sort_keys=False)
+    return yaml.dump(cfg.to_dict(), Dumper=_ConfigDumper, sort_keys=False)

@@ -5,6 +5,7 @@ Every backend receives identical batches for the same seed because all of them a
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ class NameSet:
     names: list[str]
     source: str
     n_dropped: int = 0  # lines with a character outside a-z (only with drop_invalid=True)
+    sha256: str = ""  # of the file's bytes (read_names), the fingerprint checkpoints keep
 
 
 @dataclass
@@ -72,13 +74,15 @@ def read_names(path: str | Path, *, drop_invalid: bool = False) -> NameSet:
     except FileNotFoundError:
         raise DataError(f"names file not found: {path}") from None
     except OSError as e:
-        raise DataError(f"cannot read names file {path}: {e.strerror or e}") from None
+        raise DataError(f"cannot read names file {path}: {e.strerror or e}; check the path and permissions") from None
     try:
         text = raw.decode("utf-8-sig")  # a leading byte-order mark (Windows editors) is not part of a name
     except UnicodeDecodeError as e:
         lineno = raw.count(b"\n", 0, e.start) + 1
         raise DataError(f"{path}:{lineno}: not valid UTF-8 (byte {raw[e.start]:#04x})") from None
-    return parse_names(text.splitlines(), str(path), drop_invalid=drop_invalid)
+    names = parse_names(text.splitlines(), str(path), drop_invalid=drop_invalid)
+    names.sha256 = hashlib.sha256(raw).hexdigest()
+    return names
 
 
 def encode(names: list[str]) -> tuple[Dataset, int]:
@@ -132,10 +136,37 @@ class BatchSampler:
         return self.rng.bit_generator.state
 
     def set_state(self, state: dict[str, Any]) -> None:
-        try:
-            self.rng.bit_generator.state = state
-        except (TypeError, ValueError, KeyError) as e:
-            raise DataError(f"invalid sampler state: {e}") from None
+        problem = sampler_state_problem(state)
+        if problem is None:
+            try:
+                self.rng.bit_generator.state = state
+            except (TypeError, ValueError, KeyError, OverflowError) as e:
+                problem = str(e)
+        if problem is not None:
+            raise DataError(f"invalid sampler state: {problem}")
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def sampler_state_problem(state: object) -> str | None:
+    """None when `state` is a PCG64 state numpy accepts as given (every field typed and in range), else why not.
+
+    numpy itself would truncate floats, raise OverflowError on huge numbers, or accept odd values silently.
+    """
+    if not isinstance(state, dict) or state.get("bit_generator") != "PCG64":
+        return "expected a PCG64 generator state"
+    inner = state.get("state")
+    if not isinstance(inner, dict) or set(inner) != {"state", "inc"}:
+        return "expected state.state and state.inc"
+    if not all(_is_int(inner[k]) and 0 <= inner[k] < 2**128 for k in ("state", "inc")):
+        return "state.state and state.inc must be integers in 0..2**128-1"
+    if state.get("has_uint32") not in (0, 1) or isinstance(state.get("has_uint32"), bool):
+        return "has_uint32 must be 0 or 1"
+    if not (_is_int(state.get("uinteger")) and 0 <= state["uinteger"] < 2**32):
+        return "uinteger must be an integer in 0..2**32-1"
+    return None
 
 
 def fixed_batches(data: Dataset, batch: int, max_batches: int) -> list[tuple[np.ndarray, np.ndarray]]:

@@ -12,7 +12,8 @@ from pathlib import Path
 import platformdirs
 
 from .atomic import atomic_write_bytes
-from .errors import DataError
+from .errors import DataError, describe_os_error
+from .paths import user_path
 
 DEFAULT_URL = "https://raw.githubusercontent.com/karpathy/makemore/master/names.txt"
 DEFAULT_SHA256 = "0a30b5557f192f32ab962680889aac5f6fda0f4cecf40a6d0b5694f58ea8cc4d"
@@ -24,7 +25,7 @@ Fetcher = Callable[[str], bytes]
 
 def cache_dir(env: Mapping[str, str] = os.environ) -> Path:
     override = env.get(CACHE_ENV_VAR)
-    return Path(override) if override else platformdirs.user_cache_path("eemicrogpt")
+    return user_path(override, f"${CACHE_ENV_VAR}") if override else platformdirs.user_cache_path("eemicrogpt")
 
 
 def sha256_of(data: bytes) -> str:
@@ -56,7 +57,11 @@ def fetch_verified(
             f"downloaded {url} has sha256 {got}, expected {sha256}; refusing to use it "
             f"(pass a names file with --data PATH or set {ENV_VAR}=PATH)"
         )
-    atomic_write_bytes(dest, data)
+    try:
+        atomic_write_bytes(dest, data)
+    except OSError as e:
+        raise DataError(describe_os_error(e, "cannot write the download cache") +
+                        f" (or set {CACHE_ENV_VAR} to a writable directory, or pass --data PATH)") from None
     return dest
 
 
@@ -104,7 +109,7 @@ def resolve_data_path(
     fetch: Fetcher | None = None,
 ) -> Path:
     """--data flag > $EEMICROGPT_DATA > the config's data key > the cached makemore names.txt."""
-    for chosen in (flag, env.get(ENV_VAR), config_value):
+    for chosen, what in ((flag, "--data"), (env.get(ENV_VAR), f"${ENV_VAR}"), (config_value, "data")):
         if chosen:
-            return Path(chosen).expanduser()
+            return user_path(chosen, what)
     return fetch_verified(cache_dir(env) / "names.txt", fetch=fetch)

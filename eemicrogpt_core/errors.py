@@ -1,5 +1,9 @@
 """User-facing errors: the CLI prints these as one line (no traceback) and exits non-zero."""
 
+from __future__ import annotations
+
+import errno
+
 
 class EemicrogptError(Exception):
     """Base of every error caused by the user's input or environment rather than a bug."""
@@ -23,3 +27,27 @@ class BackendSelectionError(EemicrogptError):
 
 class BatchError(EemicrogptError, ValueError):
     """Arrays handed to a backend have the wrong dtype, shape or values."""
+
+
+class StorageError(EemicrogptError):
+    """The operating system refused a read or write (permissions, read-only or full disk, a missing folder)."""
+
+
+_ADVICE = {
+    errno.ENOSPC: "free some disk space",
+    errno.EDQUOT: "free some disk space (quota exceeded)",
+    errno.EROFS: "the file system is read-only; choose a writable location",
+    errno.EACCES: "you lack permission; choose a writable location or fix the permissions",
+    errno.EPERM: "you lack permission; choose a writable location or fix the permissions",
+    errno.ENOTDIR: "a parent of this path is a file, not a directory; choose another path",
+    errno.ENOENT: "a parent folder is missing; create it or choose another path",
+    errno.EISDIR: "it is a directory; give a file path",
+}
+
+
+def describe_os_error(e: OSError, doing: str) -> str:
+    """One sentence for the user: what failed, on which path, why, and what to do."""
+    where = f" {e.filename}" if e.filename else ""
+    reason = e.strerror or str(e)
+    advice = _ADVICE.get(e.errno or 0)
+    return f"{doing}{where}: {reason}" + (f"; {advice}" if advice else "")

@@ -18,11 +18,11 @@ from typing import Any, Protocol
 import numpy as np
 
 from .backend import TrainState
-from .checkpoint import Checkpoint, save_checkpoint
-from .config import TrainConfig
+from .checkpoint import Checkpoint, save_checkpoint, software_versions
+from .config import MAX_STEPS, TrainConfig
 from .data import BatchSampler, Dataset, encode, fixed_batches, read_names, split
-from .errors import EemicrogptError
-from .interrupt import deferred_sigint
+from .errors import EemicrogptError, StorageError, describe_os_error
+from .interrupt import deferred_stop, signal_name
 from .model import init_params
 from .optim import lr_schedule
 from .registry import BackendEntry, BackendRegistry, open_session
@@ -34,7 +34,21 @@ CHUNK_SECONDS = 0.25  # slow backends get shorter chunks, so progress and Ctrl-C
 
 
 class TrainingDiverged(EemicrogptError):
-    """The loss became NaN or infinite."""
+    """The loss (or the parameters) became NaN or infinite."""
+
+
+def _is_nonfinite_error(e: Exception) -> bool:
+    """A backend's way of saying "non-finite": numpy_ref raises FloatingPointError, native sessions an error with
+    status 4 ("non-finite loss or parameter")."""
+    return isinstance(e, FloatingPointError) or getattr(e, "status", None) == 4 or "non-finite" in str(e)
+
+
+@dataclass
+class _Snapshot:
+    """The last state known to be good (the start, or the last log step) and where the batches stood."""
+
+    state: TrainState
+    sampler_state: dict[str, Any]
 
 
 @dataclass
@@ -89,6 +103,7 @@ class TrainResult:
     interrupted: bool = False
     run_dir: Path | None = None
     records: list[dict[str, Any]] = field(default_factory=list)
+    stop_signal: int | None = None  # the signal that stopped the run, if one did
 
     @property
     def steps_run(self) -> int:
@@ -109,6 +124,7 @@ class PreparedData:
     val: Dataset
     n_truncated: int
     n_dropped: int
+    data_sha256: str = ""  # fingerprint of the names file, stored in checkpoints to check resumes
 
 
 def prepare_data(cfg: TrainConfig) -> PreparedData:
@@ -118,7 +134,7 @@ def prepare_data(cfg: TrainConfig) -> PreparedData:
     names = read_names(cfg.data, drop_invalid=cfg.drop_invalid)
     data, n_truncated = encode(names.names)
     train, val = split(data, cfg.val_fraction, cfg.seed)
-    return PreparedData(train, val, n_truncated, names.n_dropped)
+    return PreparedData(train, val, n_truncated, names.n_dropped, names.sha256)
 
 
 def evaluate(session: Any, batches: list[tuple[np.ndarray, np.ndarray]]) -> float:
@@ -149,7 +165,7 @@ def estimate_steps(session: Any, data: Dataset, cfg: TrainConfig, budget: float)
             break
         n = min(2 * n, 1000)
     session.set_state(saved)
-    return max(1, int(budget / statistics.median(per_step)))
+    return min(MAX_STEPS, max(1, int(budget / statistics.median(per_step))))  # the cap every run shares
 
 
 class _Run:
@@ -158,6 +174,7 @@ class _Run:
     def __init__(self, cfg: TrainConfig, entry: BackendEntry, session: Any, data: PreparedData,
                  run_dir: RunDir | None, resume: Checkpoint | None) -> None:
         self.cfg, self.entry, self.session, self.run_dir = cfg, entry, session, run_dir
+        self.data_sha256 = data.data_sha256
         self.sampler = BatchSampler(data.train, cfg.batch, cfg.seed)
         self.val_batches = fixed_batches(data.val, cfg.batch, cfg.eval_batches)
         self.recent: deque[float] = deque(maxlen=ROLLING)
@@ -170,7 +187,10 @@ class _Run:
             session.set_state(TrainState.fresh(init_params(cfg.shape, cfg.seed)))
             budget = cfg.time_budget
             self.total = cfg.steps if budget is None else estimate_steps(session, data.train, cfg, budget)
-        self.step = int(session.get_state().step)
+        start = session.get_state()
+        self.step = int(start.step)
+        self.good = _Snapshot(start, self.sampler.get_state())
+        self.saved_step: int | None = resume.state.step if resume is not None else None
         self.chunks: list[np.ndarray] = []
         self.records: list[dict[str, Any]] = []
         self.seconds = 0.0  # inside train_steps only
@@ -190,7 +210,14 @@ class _Run:
         tokens, lengths = self.sampler.sample(n)
         lrs = lr_schedule(step + 1, n, self.total, cfg.lr)
         t0 = time.perf_counter()
-        losses = np.asarray(self.session.train_steps(tokens, lengths, lrs), dtype=np.float32)
+        try:
+            losses = np.asarray(self.session.train_steps(tokens, lengths, lrs), dtype=np.float32)
+        except (EemicrogptError, KeyboardInterrupt):
+            raise
+        except Exception as e:
+            if not _is_nonfinite_error(e):
+                raise
+            raise self._locate_divergence(step + n, e) from None
         elapsed = time.perf_counter() - t0
         self.seconds += elapsed
         self.chunk_limit = max(1, min(cfg.chunk_steps, int(CHUNK_SECONDS * n / max(elapsed, 1e-9))))
@@ -200,14 +227,47 @@ class _Run:
         self.last_lr = float(lrs[-1])
         if not np.all(np.isfinite(losses)):
             i = int(np.argmin(np.isfinite(losses)))
-            bad = f"the loss became {losses[i]} at step {step + 1 + i}"
-            raise TrainingDiverged(f"{bad}; try a lower --lr (now {cfg.lr})")
+            raise self._diverged(f"the loss became {losses[i]} at step {step + 1 + i}")
+
+    def _diverged(self, what: str) -> TrainingDiverged:
+        """The one-line error: what happened, what is kept on disk, what to try."""
+        if self.run_dir is None:
+            kept = "no run directory, nothing saved"
+        elif self.saved_step is None:
+            kept = f"nothing was saved (the first checkpoint comes at step {self.cfg.log_every})"
+        else:
+            kept = f"the last good checkpoint (step {self.saved_step}) is kept in {self.run_dir.path}"
+        lr = self.cfg.lr
+        return TrainingDiverged(f"training diverged: {what}; {kept}; try a lower --lr (now {lr:g}, e.g. {lr / 10:g})")
+
+    def _locate_divergence(self, chunk_end: int, error: Exception) -> TrainingDiverged:
+        """The backend failed somewhere in a chunk without saying where: replay one step at a time from the last
+        good state (same batches, same LRs) to find the step and its loss."""
+        self.session.set_state(self.good.state)
+        sampler = BatchSampler(self.sampler.data, self.cfg.batch, self.cfg.seed)
+        sampler.set_state(self.good.sampler_state)
+        for step in range(int(self.good.state.step) + 1, chunk_end + 1):
+            tokens, lengths = sampler.sample(1)
+            try:
+                loss = float(self.session.train_steps(tokens, lengths, lr_schedule(step, 1, self.total,
+                                                                                     self.cfg.lr))[0])
+            except Exception as e:
+                if not _is_nonfinite_error(e):
+                    raise
+                return self._diverged(f"at step {step} the backend reported: {e}")
+            if not np.isfinite(loss):
+                return self._diverged(f"the loss became {loss} at step {step}")
+        return self._diverged(f"between steps {self.step + 1} and {chunk_end} the backend reported: {error}")
 
     def at_log_step(self) -> bool:
         return self.step % self.cfg.log_every == 0 or self.step == self.total
 
     def log(self) -> dict[str, Any]:
         """Validation loss and a metrics record; the checkpoint is saved with it."""
+        state = self.session.get_state()
+        if not all(np.all(np.isfinite(a)) for a in (state.params, state.adam_m, state.adam_v)):
+            raise self._diverged(f"the parameters became non-finite by step {self.step}")
+        self.good = _Snapshot(state, self.sampler.get_state())
         self.val_loss = evaluate(self.session, self.val_batches)
         done = sum(c.size for c in self.chunks)
         record = {
@@ -220,20 +280,29 @@ class _Run:
         }
         self.records.append(record)
         if self.run_dir is not None:
-            self.run_dir.append_metric(record)
-        self.checkpoint()
+            try:
+                self.run_dir.append_metric(record)
+            except OSError as e:
+                raise StorageError(describe_os_error(e, "cannot append to the metrics log")) from None
+        self.checkpoint(state)
         return record
 
-    def checkpoint(self) -> str:
+    def checkpoint(self, state: TrainState | None = None) -> str:
         """Save (when there is a run directory); returns a phrase for the user."""
         if self.run_dir is None:
             return "no run directory, nothing saved"
-        state = self.session.get_state()
-        ckpt = Checkpoint(state, self.total, self.sampler.get_state(), self.cfg, list(self.recent), self.entry.name)
-        save_checkpoint(self.run_dir.checkpoint_path, ckpt)
+        state = state if state is not None else self.session.get_state()
+        ckpt = Checkpoint(state, self.total, self.sampler.get_state(), self.cfg, list(self.recent), self.entry.name,
+                          self.data_sha256, software_versions(f"{self.entry.distribution} {self.entry.version}"))
+        try:
+            save_checkpoint(self.run_dir.checkpoint_path, ckpt)
+        except OSError as e:
+            kept = "nothing saved" if self.saved_step is None else f"the checkpoint of step {self.saved_step} is kept"
+            raise StorageError(describe_os_error(e, "cannot save the checkpoint") + f" ({kept})") from None
+        self.saved_step = int(state.step)
         return "checkpoint saved"
 
-    def result(self, interrupted: bool) -> TrainResult:
+    def result(self, interrupted: bool, stop_signal: int | None = None) -> TrainResult:
         return TrainResult(
             backend=self.entry.name,
             state=self.session.get_state(),
@@ -245,6 +314,7 @@ class _Run:
             interrupted=interrupted,
             run_dir=self.run_dir.path if self.run_dir else None,
             records=self.records,
+            stop_signal=stop_signal,
         )
 
 
@@ -273,10 +343,13 @@ def train(
             run_dir.keep_metrics_until(run.step)
         reporter.start(RunInfo(entry, cfg, run.step, run.total, len(data.train), len(data.val), data.n_truncated,
                                data.n_dropped, run_dir.path if run_dir else None))
-        interrupted, in_chunk = False, False
+        interrupted, in_chunk, signum = False, False, None
+
+        def note(first: int) -> None:
+            reporter.message(f"{signal_name(first)}: stopping after this chunk (send it again to abort)")
+
         try:
-            note = "Ctrl-C: stopping after this chunk (press again to abort)"
-            with deferred_sigint(lambda: reporter.message(note)) as stop:
+            with deferred_stop(note) as stop:
                 while run.step < run.total and not stop.requested:
                     in_chunk = True
                     run.chunk()
@@ -284,6 +357,7 @@ def train(
                     if run.at_log_step():  # before the progress callback, so an interrupt there keeps the log
                         reporter.log(run.log())
                     reporter.progress(run.step, run.total, run.train_loss)
+                signum = stop.signum
                 if stop.requested and run.step < run.total:
                     interrupted = True
                     reporter.message(f"stopped at step {run.step}/{run.total}; {run.checkpoint()}")
@@ -297,4 +371,4 @@ def train(
                 reporter.message(f"interrupted at step {run.step}/{run.total}; {run.checkpoint()}")
         finally:
             reporter.finish()
-        return run.result(interrupted)
+        return run.result(interrupted, signum)

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import functools
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
+
 import numpy as np
 
 from .backend import BackendSession, TrainState
@@ -64,28 +69,60 @@ def validate_state(state: object, shape: ModelShape) -> None:
         raise BatchError(f"state.step must be >= 0, got {state.step}")
 
 
+class SessionBusyError(RuntimeError):
+    """A session was called while another thread was inside it."""
+
+
+_Method = TypeVar("_Method", bound=Callable[..., Any])
+
+
+def _one_call_at_a_time(method: _Method) -> _Method:
+    """Refuse (rather than wait or race) a call while another thread is inside this session: native backends
+    release the GIL (cffi), and their sessions hold per-session scratch buffers that two calls would share."""
+
+    @functools.wraps(method)
+    def guarded(self: ValidatedSession, *args: Any, **kwargs: Any) -> Any:
+        if not self._busy.acquire(blocking=False):
+            raise SessionBusyError(f"this {self.backend_name} session is in use by another thread; a session serves "
+                                   "one call at a time: open one session per thread")
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            self._busy.release()
+
+    return guarded  # type: ignore[return-value]
+
+
 class ValidatedSession(BackendSession):
-    """Wraps any backend session; validates every input, then delegates (and copies to contiguous)."""
+    """Wraps any backend session; validates every input, then delegates (and copies to contiguous).
+
+    Calls from two threads at once are refused with SessionBusyError (see _one_call_at_a_time).
+    """
 
     def __init__(self, inner: BackendSession, shape: ModelShape, max_batch: int, backend_name: str) -> None:
         self.inner = inner
         self.shape = shape
         self.max_batch = max_batch
         self.backend_name = backend_name
+        self._busy = threading.Lock()
 
+    @_one_call_at_a_time
     def set_state(self, state: TrainState) -> None:
         validate_state(state, self.shape)
         self.inner.set_state(state)
 
+    @_one_call_at_a_time
     def get_state(self) -> TrainState:
         return self.inner.get_state()
 
+    @_one_call_at_a_time
     def train_steps(self, tokens: np.ndarray, lengths: np.ndarray, lrs: np.ndarray) -> np.ndarray:
         validate_batch(tokens, lengths, steps=True, max_batch=self.max_batch)
         validate_lrs(lrs, tokens.shape[0])
         tokens, lengths, lrs = (np.ascontiguousarray(a) for a in (tokens, lengths, lrs))
         return self.inner.train_steps(tokens, lengths, lrs)
 
+    @_one_call_at_a_time
     def loss_and_grads(
         self, tokens: np.ndarray, lengths: np.ndarray, want_grads: bool = True
     ) -> tuple[float, np.ndarray | None]:
@@ -93,6 +130,7 @@ class ValidatedSession(BackendSession):
         tokens, lengths = np.ascontiguousarray(tokens), np.ascontiguousarray(lengths)
         return self.inner.loss_and_grads(tokens, lengths, want_grads)
 
+    @_one_call_at_a_time
     def close(self) -> None:
         self.inner.close()
 

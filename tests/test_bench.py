@@ -72,8 +72,13 @@ def test_bench_cli_json(names_file: Path) -> None:
     [
         (["--d-model", "30"], "--d-model 30"),
         (["--backend", "nope"], "unknown backend 'nope'"),
-        (["--repeats", "0"], "--repeats must be >= 1"),
-        (["--loss-at", "-1"], "--loss-at must be a positive"),
+        (["--repeats", "0"], "--repeats must be in 1..1000"),
+        (["--loss-at", "-1"], "--loss-at must be a finite number in (0, 3600]"),
+        (["--loss-at", "nan"], "--loss-at must be a finite number"),
+        (["--seconds", "inf"], "--seconds must be a finite number"),
+        (["--peak-gflops", "nan"], "--peak-gflops must be a finite number"),
+        (["--peak-gflops", "-5"], "--peak-gflops must be a finite number"),
+        (["--d-model", "4096"], "--d-model 4096"),
     ],
 )
 def test_bench_bad_input(args: list[str], fragment: str, names_file: Path) -> None:

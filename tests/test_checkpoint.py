@@ -19,7 +19,8 @@ CFG = TrainConfig(d_model=16, steps=100, data="/somewhere/names.txt")
 def _checkpoint(dtype: type = np.float32) -> Checkpoint:
     rng = np.random.default_rng(0)
     n = CFG.shape.n_params
-    state = TrainState(*(rng.standard_normal(n).astype(dtype) for _ in range(3)), step=37)
+    params, m, v = (rng.standard_normal(n).astype(dtype) for _ in range(3))
+    state = TrainState(params, m, np.abs(v), step=37)  # adam_v is a mean of squares: never negative
     sampler = BatchSampler(encode(["ab", "cde"])[0], 4, seed=1)
     sampler.sample(5)
     return Checkpoint(state, 100, sampler.get_state(), CFG, [2.5, 2.25], "numpy_ref")
@@ -69,7 +70,7 @@ def test_shape_mismatch_is_rejected(tmp_path: Path) -> None:
     ckpt = _checkpoint()
     path = tmp_path / "checkpoint.npz"
     save_checkpoint(path, Checkpoint(ckpt.state, 100, ckpt.sampler_state, TrainConfig(d_model=32), [], ""))
-    with pytest.raises(CheckpointError, match=r"params has shape \(4192,\).*d_model 32"):
+    with pytest.raises(CheckpointError, match=r"params.npy has shape \(4192,\).*d_model 32"):
         load_checkpoint(path)
 
 

@@ -204,7 +204,7 @@ def test_sample_bad_inputs(trained: tuple[Path, Any], tmp_path: Path) -> None:
     out, _ = trained
     assert_one_line_error(run("sample", str(tmp_path)), "no checkpoint.npz")
     assert_one_line_error(run("train", "--resume", str(tmp_path / "nowhere")), "run directory not found")
-    assert_one_line_error(run("sample", str(out), "--temperature", "0"), "temperature must be > 0")
+    assert_one_line_error(run("sample", str(out), "--temperature", "0"), "--temperature must be a finite number > 0")
 
 
 def test_console_script_error_has_no_traceback(tmp_path: Path) -> None:

@@ -162,8 +162,34 @@ class _NanPlugin:
 
 def test_non_finite_loss_is_a_clear_error(cfg: TrainConfig) -> None:
     reg = load_registry(entry_points=False, extra_plugins=[_NanPlugin()])
-    with pytest.raises(TrainingDiverged, match="became nan at step 13; try a lower --lr"):
+    expected = "became nan at step 13; no run directory, nothing saved; try a lower --lr"
+    with pytest.raises(TrainingDiverged, match=expected):
         train(dataclasses.replace(cfg, backend="nan_backend"), reg)
+
+
+class _NanParamsSession(_NanSession):
+    """Finite losses, but the parameters turn to NaN: such a state must never be saved."""
+
+    def train_steps(self, tokens: np.ndarray, lengths: np.ndarray, lrs: np.ndarray) -> np.ndarray:
+        self.state.params[:] = np.nan
+        self.state.step += len(lrs)
+        return np.full(len(lrs), 2.0, np.float32)
+
+
+class _NanParamsPlugin:
+    @hookimpl
+    def eemicrogpt_backends(self) -> list[BackendSpec]:
+        return [BackendSpec("nan_params", "NaN parameters, finite losses", lambda: ProbeResult.ok(1),
+                            lambda shape, batch, dtype: _NanParamsSession(shape))]
+
+
+def test_non_finite_parameters_are_never_saved(cfg: TrainConfig, tmp_path: Path) -> None:
+    reg = load_registry(entry_points=False, extra_plugins=[_NanParamsPlugin()])
+    cfg = dataclasses.replace(cfg, backend="nan_params")
+    run_dir = RunDir.create(str(tmp_path / "run"), cfg)
+    with pytest.raises(TrainingDiverged, match="parameters became non-finite by step 30; nothing was saved"):
+        train(cfg, reg, run_dir=run_dir)
+    assert not run_dir.checkpoint_path.exists()
 
 
 def test_prepare_data_counts(cfg: TrainConfig) -> None:
