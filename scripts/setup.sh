@@ -17,7 +17,8 @@ fi
 PIP=(.venv/bin/python -m pip install -q --disable-pip-version-check)
 "${PIP[@]}" --upgrade pip setuptools wheel
 echo "== installing eemicrogpt (core) and backends"
-"${PIP[@]}" -e ".[test]"
+# plot and ray are optional extras for users; the tests exercise both (Ray against a real local cluster).
+"${PIP[@]}" -e ".[test,plot,ray]"
 # One pip call: some backends depend on others (sme2_f16 on sme2_f32), so pip must see them together.
 backends=()
 for backend in backends/*/; do

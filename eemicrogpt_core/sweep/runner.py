@@ -21,6 +21,8 @@ from ..rundir import RunDir
 from ..trainer import train
 
 DONE, FAILED, INTERRUPTED = "done", "failed", "interrupted"
+# Copied from each run's config into its record whether varied or not: the plots group and place runs by them.
+SUMMARY_KEYS = ("d_model", "n_heads", "batch", "lr", "seed", "time_budget")
 
 
 def one_line(error: BaseException) -> str:
@@ -47,7 +49,8 @@ def run_one(task: dict[str, Any], registry: BackendRegistry) -> dict[str, Any]:
     """Train task['config'] (a config dict) in task['run_dir']; returns the results record (never raises
     except KeyboardInterrupt from outside the trainer's own Ctrl-C handling)."""
     started = time.perf_counter()
-    record: dict[str, Any] = {"run_id": task["run_id"], **task["varied"]}
+    summary = {key: task["config"].get(key) for key in SUMMARY_KEYS}
+    record: dict[str, Any] = {"run_id": task["run_id"], **summary, **task["varied"]}
     try:
         cfg: TrainConfig = build_config([(f"run {task['run_id']}", task["config"])])
         run = RunDir(Path(task["run_dir"]))
