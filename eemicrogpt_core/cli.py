@@ -352,13 +352,17 @@ def sweep_cmd(
     backend: Annotated[str | None, typer.Option(help=_BACKEND_HELP)] = None,
     data: Annotated[str | None, typer.Option(help=_DATA_HELP)] = None,
 ) -> None:
-    """Train many runs (grid, random draws, seeds); re-running skips finished runs and resumes interrupted ones."""
+    """Train many runs (grid, random draws, seeds); re-running skips finished runs and resumes interrupted ones.
+
+    Exit status: 0 all runs finished, 1 some failed (recorded with their error), 2 bad spec, 130 Ctrl-C."""
     from .sweep.command import sweep_command
 
     outcome = sweep_command(spec, out=out, executor=executor, address=address, workers=workers, backend=backend,
                             data=data, console=_wide_console())
     if outcome.interrupted:
         raise typer.Exit(EXIT_INTERRUPTED)
+    if outcome.failed:
+        raise typer.Exit(1)  # the runs' one-line errors are in the table and in results.jsonl
 
 
 @app.command("plot")

@@ -242,5 +242,9 @@ def expand(spec: SweepSpec) -> list[Run]:
                     raise _fail(spec.source, f"two runs would share the name {rid!r} (repeated random draws?)")
                 seen.add(rid)
                 layers = [(f"{spec.source}: base", spec.base), (f"{spec.source}: run {rid}", varied)]
-                runs.append(Run(rid, varied, build_config(layers)))
+                try:
+                    cfg = build_config(layers)
+                except ConfigError as e:  # a default clashing with a varied value: still name the run
+                    raise e if str(e).startswith(spec.source) else _fail(f"{spec.source}: run {rid}", str(e)) from None
+                runs.append(Run(rid, varied, cfg))
     return runs
