@@ -132,3 +132,21 @@ def test_cli_ray_flags_are_checked(tmp_path: Path) -> None:
     assert result.exit_code == 2 and "--address is for --executor ray" in result.output
     result = RUNNER.invoke(app, ["sweep", str(spec), "--executor", "dask"])
     assert result.exit_code == 2 and "--executor must be one of local, ray" in result.output
+
+
+def test_a_wandb_sweep_config_is_read() -> None:
+    grid = parse_spec({"method": "grid", "name": "wb", "parameters": {
+        "d_model": {"values": [16, 32]}, "lr": {"values": [0.003, 0.01]}, "batch": {"value": 8}}}, "wb.yaml")
+    runs = expand(grid)
+    assert grid.name == "wb" and len(runs) == 4 and all(r.config.batch == 8 for r in runs)
+    assert {(r.config.d_model, r.config.lr) for r in runs} == {(16, 0.003), (16, 0.01), (32, 0.003), (32, 0.01)}
+    random = parse_spec({"method": "random", "run_cap": 50, "parameters": {
+        "lr": {"distribution": "log_uniform", "min": math.log(1e-3), "max": math.log(1e-1)},  # W&B: log bounds
+        "d_model": {"values": [16, 32]}}}, "wb.yaml")
+    draws = draw_random(random)
+    assert len(draws) == 50 and all(1e-3 <= d["lr"] <= 1e-1 for d in draws)
+    assert {d["d_model"] for d in draws} == {16, 32}
+    with pytest.raises(ConfigError, match="method: must be grid or random"):
+        parse_spec({"method": "bayes", "parameters": {}}, "wb.yaml")
+    with pytest.raises(ConfigError, match="a grid sweep takes 'values'"):
+        parse_spec({"method": "grid", "parameters": {"lr": {"min": 0.1, "max": 1}}}, "wb.yaml")

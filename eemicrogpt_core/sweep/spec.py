@@ -14,6 +14,9 @@ The YAML shape borrows from W&B sweep configs and Hydra multirun, which users al
     seeds: [1, 2]               # every combination above is trained once per seed
     time_budget: 1.0            # or steps: 2000 (per run; shorthand for base keys)
 
+A W&B sweep config (`method: grid|random`, `parameters: {key: {values|value|distribution, min, max}}`,
+`run_cap`) is read too, translated to this shape (W&B's `log_uniform` takes natural-log bounds, as there).
+
 Every key that varies must be a training key; `out` is the sweep's own business. Every resolved run config is
 checked with the trainer's own rules before anything starts, so a bad spec fails in one line up front.
 """
@@ -124,8 +127,44 @@ def _parse_distribution(where: str, spec: Any) -> dict[str, Any]:
     return {"distribution": "log_uniform" if dist in LOG_UNIFORM else "uniform", "min": lo, "max": hi}
 
 
+WANDB_KEYS = ("method", "parameters", "run_cap", "name", "description", "metric", "program", "project")
+
+
+def from_wandb(data: Mapping[str, Any], source: str) -> dict[str, Any]:
+    """A W&B sweep config as this module's spec: grid values -> grid, fixed values -> base, the rest random."""
+    unknown = [k for k in data if k not in WANDB_KEYS]
+    if unknown:
+        raise _fail(source, f"unknown key {unknown[0]!r} in a W&B-style spec (method: ...); expected "
+                    f"{', '.join(WANDB_KEYS)}")
+    method = data["method"]
+    if method not in ("grid", "random"):
+        raise _fail(f"{source}: method", f"must be grid or random, got {method!r}")
+    out: dict[str, Any] = {"name": data["name"]} if "name" in data else {}
+    base, grid, params = {}, {}, {}
+    for key, p in _mapping(f"{source}: parameters", data.get("parameters")).items():
+        where = f"{source}: parameters.{key}"
+        p = _mapping(where, p)
+        if "value" in p:
+            base[key] = p["value"]
+        elif method == "grid":
+            if "values" not in p:
+                raise _fail(where, "a grid sweep takes 'values' (or 'value') for every parameter")
+            grid[key] = p["values"]
+        elif p.get("distribution") == "log_uniform":  # W&B: bounds are natural logs
+            params[key] = {**p, "distribution": "log_uniform_values",
+                           **{b: math.exp(p[b]) for b in ("min", "max") if isinstance(p.get(b), (int, float))}}
+        else:
+            params[key] = p
+    out.update(base=base, grid=grid)
+    if params:
+        out["random"] = {"count": data.get("run_cap", 1), "parameters": params}
+    return out
+
+
 def parse_spec(data: Mapping[str, Any], source: str, default_name: str = "sweep") -> SweepSpec:
     """Check the spec's shape and keys; raises ConfigError naming the source and the key."""
+    if "method" in data:
+        data = from_wandb(data, source)
     unknown = [k for k in data if k not in TOP_KEYS]
     if unknown:
         close = difflib.get_close_matches(str(unknown[0]), TOP_KEYS, n=1)
