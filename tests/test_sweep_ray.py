@@ -16,6 +16,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -78,6 +79,15 @@ def test_sweep_on_a_real_ray_cluster_resumes_and_brings_run_dirs_back(tmp_path: 
 
     sweep = f"{CLI} sweep {shlex.quote(str(spec_path))} --executor ray --out {shlex.quote(str(out))} " \
             f"--data {shlex.quote(str(names_file))}"
+    # Ctrl-C: long runs with rare lr values, so their worker-side temporary run directories can be told apart;
+    # SIGINT goes to the driver once both runs have saved a checkpoint on the worker side.
+    long_spec = tmp_path / "long.yaml"
+    long_spec.write_text(yaml.safe_dump({**SPEC, "name": "raylong", "base": {**SPEC["base"], "log_every": 20},
+                                         "grid": {"lr": [0.00731, 0.00732]}, "steps": 100000}))
+    long_out = tmp_path / "long"
+    worker_ckpts = f"{tempfile.gettempdir()}/eemicrogpt-sweep-lr=0.0073*/run/checkpoint.npz"
+    long_sweep = sweep.replace(shlex.quote(str(spec_path)), shlex.quote(str(long_spec))).replace(
+        shlex.quote(str(out)), shlex.quote(str(long_out)))
     script = "\n".join([
         "ip link set lo up",
         "echo devices: $(ip -o link show | cut -d: -f2 | tr -d ' ')",  # netlink sees this namespace's devices
@@ -85,6 +95,10 @@ def test_sweep_on_a_real_ray_cluster_resumes_and_brings_run_dirs_back(tmp_path: 
         f" || {{ cat {tmp_path}/ray.log; exit 97; }}",
         f"{sweep}; echo first=$?",
         f"{sweep}; echo second=$?",
+        "set -m",  # job control: a background job keeps SIGINT (bash would ignore it for the job otherwise)
+        f"{long_sweep} > {tmp_path}/long.log 2>&1 & pid=$!",
+        f"for i in $(seq 1200); do [ $(ls {worker_ckpts} 2>/dev/null | wc -l) -ge 2 ] && break; sleep 0.1; done",
+        "kill -INT $pid; wait $pid; echo third=$?",
     ])  # bash is PID 1 of the namespace: when it exits, the kernel ends every Ray process in it
     proc = subprocess.run(["unshare", "-n", "-p", "-f", "--mount-proc", "bash", "-c", script], capture_output=True,
                           text=True, timeout=600, cwd=tmp_path)
@@ -108,6 +122,14 @@ def test_sweep_on_a_real_ray_cluster_resumes_and_brings_run_dirs_back(tmp_path: 
         assert r["val_loss"] == run_dir.read_metrics()[-1]["val_loss"]
         saved = yaml.safe_load(run_dir.config_path.read_text())
         assert saved["out"] == str(run_dir.path) and saved["data"] == str(names_file)  # driver paths, not the worker's
+
+    assert "third=130" in proc.stdout, log + (tmp_path / "long.log").read_text()
+    stopped = {r["run_id"]: r for r in map(json.loads, (long_out / "results.jsonl").read_text().splitlines())}
+    assert set(stopped) == {"lr=0.00731,seed=1", "lr=0.00732,seed=1"}
+    for rid, r in stopped.items():
+        assert r["status"] == "interrupted"
+        ckpt = load_checkpoint(long_out / "runs" / rid / "checkpoint.npz")  # came back from the worker
+        assert 0 < ckpt.state.step == r["steps"] < 100000
 
 
 def test_without_ray_the_executor_says_how_to_install_it(tmp_path: Path, names_file: Path) -> None:

@@ -150,3 +150,8 @@ def test_a_wandb_sweep_config_is_read() -> None:
         parse_spec({"method": "bayes", "parameters": {}}, "wb.yaml")
     with pytest.raises(ConfigError, match="a grid sweep takes 'values'"):
         parse_spec({"method": "grid", "parameters": {"lr": {"min": 0.1, "max": 1}}}, "wb.yaml")
+
+
+def test_hydra_comma_lists_in_the_grid() -> None:
+    runs = expand(spec_of({"grid": {"d_model": "16,32", "lr": "0.003, 0.01"}}))
+    assert [(r.config.d_model, r.config.lr) for r in runs] == [(16, 0.003), (16, 0.01), (32, 0.003), (32, 0.01)]

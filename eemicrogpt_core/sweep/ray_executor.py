@@ -2,9 +2,10 @@
 back to the driver's sweep directory as bytes, so workers need not share its filesystem.
 
 At start every node with CPUs reports its eemicrogpt and backend versions; a node that lacks what the sweep
-needs is named, with what it lacks, before any run starts. Ctrl-C cancels the running tasks; a cancelled run
-keeps the checkpoint the driver last received for it (none for a run that had not returned yet, which then
-starts again from scratch on the next invocation).
+needs is named, with what it lacks, before any run starts. Ctrl-C cancels the running tasks: Ray raises
+KeyboardInterrupt in each, the trainer stops at its next chunk and saves, and the task returns its files as
+usual (checked by hand: the next invocation resumed both runs). A task that dies instead leaves the driver's
+last copy of its run directory, from which the next invocation resumes (or starts afresh if there is none).
 """
 
 from __future__ import annotations

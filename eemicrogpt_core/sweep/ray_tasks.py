@@ -31,7 +31,7 @@ def read_run_files(run_dir: Path) -> dict[str, bytes]:
 
 def run_task(task: dict[str, Any], names: bytes, files: dict[str, bytes]) -> tuple[dict[str, Any], dict[str, bytes]]:
     """Train one run in a private temporary directory; returns its record and its run directory's files."""
-    with tempfile.TemporaryDirectory(prefix="eemicrogpt-sweep-") as tmp:
+    with tempfile.TemporaryDirectory(prefix=f"eemicrogpt-sweep-{task['run_id'][:80]}-") as tmp:
         names_path = Path(tmp) / "names.txt"
         names_path.write_bytes(names)
         run_dir = Path(tmp) / "run"

@@ -87,9 +87,12 @@ def run_one(task: dict[str, Any], registry: BackendRegistry) -> dict[str, Any]:
             cfg = dataclasses.replace(cfg, out=str(run.path))
             run = RunDir.create(cfg.out, cfg)
         result = train(cfg, registry, run_dir=run, resume=resume, data=prepared_data(cfg))
+        steps = int(result.state.step)
+        if result.interrupted:  # what a resume continues from (a stop inside a backend call keeps an older one)
+            steps = int(load_checkpoint(run.checkpoint_path).state.step) if run.checkpoint_path.is_file() else 0
         record.update(
             status=INTERRUPTED if result.interrupted else DONE,
-            steps=int(result.state.step),
+            steps=steps,
             total_steps=int(result.total_steps),
             train_loss=result.train_loss,
             val_loss=result.val_loss,

@@ -4,7 +4,7 @@ The YAML shape borrows from W&B sweep configs and Hydra multirun, which users al
 
     name: bpc1s                 # optional; the default sweep directory is sweeps/<name>
     base: {d_model: 64, batch: 16, backend: auto}   # any training key (the config file's names)
-    grid: {d_model: [16, 32], lr: [0.003, 0.01]}     # every combination (Hydra's multirun)
+    grid: {d_model: [16, 32], lr: 0.003,0.01}        # every combination (Hydra's multirun; its a,b,c too)
     random:                                          # draws shared by every grid point (W&B's random method)
       count: 4
       seed: 0
@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import yaml
 
 from ..config import TrainConfig, build_config, read_yaml
 from ..errors import ConfigError
@@ -188,6 +189,8 @@ def parse_spec(data: Mapping[str, Any], source: str, default_name: str = "sweep"
         _check_training_key(f"{source}: grid", key)
         if key == "seed":
             raise _fail(f"{source}: grid", "vary seeds with the top-level 'seeds' list")
+        if isinstance(values, str) and "," in values:  # Hydra multirun's sweep syntax: lr: 0.001,0.003,0.01
+            values = [yaml.safe_load(v.strip()) for v in values.split(",")]
         if not isinstance(values, list):
             raise _fail(f"{source}: grid.{key}", f"expected a list of values, got {values!r}")
         if not values:
