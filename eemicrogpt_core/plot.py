@@ -43,6 +43,15 @@ def _figure(width: float = 7.0, height: float = 4.5) -> Any:
     return Figure(figsize=(width, height), dpi=DPI, layout="constrained")
 
 
+def _plain_log(axis: Any, ticks: list[float] | None = None) -> None:
+    """A log axis labelled 0.5, 1, 2, 5 (or at the given values) instead of 5x10^-1."""
+    from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullFormatter
+
+    axis.set_major_locator(FixedLocator(ticks) if ticks else LogLocator(subs=(1.0, 2.0, 5.0)))
+    axis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+    axis.set_minor_formatter(NullFormatter())
+
+
 def _finite(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
@@ -109,6 +118,7 @@ def pareto(rows: list[dict[str, Any]], name: str) -> Any:
         ax.plot(*zip(*front, strict=True), color=colour, marker="o", drawstyle="steps-post",
                 label=f"d_model {d} frontier")
     ax.set_xscale("log")
+    _plain_log(ax.xaxis)
     ax.set_xlabel("training time (s, log scale)")
     ax.set_ylabel("validation loss (nats per character)")
     ax.set_title(f"{name}: val loss vs training time (Pareto frontier per d_model)")
@@ -121,8 +131,10 @@ def loss_vs_lr(rows: list[dict[str, Any]], name: str) -> Any:
     """Every run as a point; a line through the mean val loss per learning rate, one per d_model."""
     fig = _figure()
     ax = fig.subplots()
+    all_lrs: set[float] = set()
     for i, (d, group) in enumerate(_by_size(_done(rows)).items()):
         colour = f"C{i % 10}"
+        all_lrs.update(float(r["lr"]) for r in group)
         ax.scatter([r["lr"] for r in group], [r["val_loss"] for r in group], color=colour, alpha=0.45, s=18)
         means: dict[float, list[float]] = defaultdict(list)
         for r in group:
@@ -130,6 +142,7 @@ def loss_vs_lr(rows: list[dict[str, Any]], name: str) -> Any:
         lrs = sorted(means)
         ax.plot(lrs, [sum(means[x]) / len(means[x]) for x in lrs], color=colour, marker="o", label=f"d_model {d}")
     ax.set_xscale("log")
+    _plain_log(ax.xaxis, sorted(all_lrs) if len(all_lrs) <= 8 else None)
     ax.set_xlabel("peak learning rate (log scale)")
     ax.set_ylabel("validation loss (nats per character)")
     ax.set_title(f"{name}: val loss vs learning rate per size (line: mean over runs)")
@@ -208,6 +221,8 @@ def bench_figures(path: Path, payload: dict[str, Any]) -> dict[str, Any]:
         ax.plot([r["d_model"] for r in rows], [r["us_per_step"] for r in rows], marker="o", label=backend)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
+    _plain_log(ax.xaxis, sorted({r["d_model"] for r in payload.get("speed") or []}))
+    _plain_log(ax.yaxis)
     ax.set_xlabel("d_model (log scale)")
     ax.set_ylabel("time per training step (us, log scale)")
     batch = next((r["batch"] for r in payload.get("speed") or []), "?")
@@ -227,6 +242,8 @@ def bench_figures(path: Path, payload: dict[str, Any]) -> dict[str, Any]:
             ax.plot([r["batch"] for r in rows], [r["us_per_sample"] for r in rows], marker="o", label=f"d_model {d}")
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
+        _plain_log(ax.xaxis, sorted({r["batch"] for r in scaling}))
+        _plain_log(ax.yaxis)
         ax.set_xlabel("batch (names per step, log scale)")
         ax.set_ylabel("time per sample (us, log scale)")
         ax.set_title(f"{name}: batch scaling on {scaling[0]['backend']}")
