@@ -32,6 +32,7 @@ from .sweep.runner import DONE
 FORMATS = ("png", "svg")
 BEST_CURVES = 6  # loss curves drawn for a sweep: its best runs by val loss
 DPI = 110
+VAL_LOSS = "validation loss (nats per character)"
 
 
 def _figure(width: float = 7.0, height: float = 4.5) -> Any:
@@ -50,6 +51,15 @@ def _plain_log(axis: Any, ticks: list[float] | None = None) -> None:
     axis.set_major_locator(FixedLocator(ticks) if ticks else LogLocator(subs=(1.0, 2.0, 5.0)))
     axis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
     axis.set_minor_formatter(NullFormatter())
+
+
+def _label(ax: Any, xlabel: str, ylabel: str, title: str) -> None:
+    """Axis labels (with units), title, grid and legend: every chart gets all of them."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize="small")
 
 
 def _finite(value: Any) -> bool:
@@ -119,11 +129,8 @@ def pareto(rows: list[dict[str, Any]], name: str) -> Any:
                 label=f"d_model {d} frontier")
     ax.set_xscale("log")
     _plain_log(ax.xaxis)
-    ax.set_xlabel("training time (s, log scale)")
-    ax.set_ylabel("validation loss (nats per character)")
-    ax.set_title(f"{name}: val loss vs training time (Pareto frontier per d_model)")
-    ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize="small")
+    _label(ax, "training time (s, log scale)", VAL_LOSS,
+           f"{name}: val loss vs training time (Pareto frontier per d_model)")
     return fig
 
 
@@ -143,11 +150,8 @@ def loss_vs_lr(rows: list[dict[str, Any]], name: str) -> Any:
         ax.plot(lrs, [sum(means[x]) / len(means[x]) for x in lrs], color=colour, marker="o", label=f"d_model {d}")
     ax.set_xscale("log")
     _plain_log(ax.xaxis, sorted(all_lrs) if len(all_lrs) <= 8 else None)
-    ax.set_xlabel("peak learning rate (log scale)")
-    ax.set_ylabel("validation loss (nats per character)")
-    ax.set_title(f"{name}: val loss vs learning rate per size (line: mean over runs)")
-    ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize="small")
+    _label(ax, "peak learning rate (log scale)", VAL_LOSS,
+           f"{name}: val loss vs learning rate per size (line: mean over runs)")
     return fig
 
 
@@ -177,7 +181,7 @@ def heatmap(rows: list[dict[str, Any]], keys: tuple[str, str], name: str) -> Any
         if np.isfinite(value):
             ax.text(ix, iy, f"{value:.3f}", ha="center", va="center", fontsize="small",
                     color="white" if value > middle else "black")
-    fig.colorbar(image, ax=ax, label="mean validation loss (nats per character)")
+    fig.colorbar(image, ax=ax, label=f"mean {VAL_LOSS}")
     ax.set_title(f"{name}: val loss over {keys[0]} x {keys[1]}")
     return fig
 
@@ -223,12 +227,9 @@ def bench_figures(path: Path, payload: dict[str, Any]) -> dict[str, Any]:
     ax.set_yscale("log")
     _plain_log(ax.xaxis, sorted({r["d_model"] for r in payload.get("speed") or []}))
     _plain_log(ax.yaxis)
-    ax.set_xlabel("d_model (log scale)")
-    ax.set_ylabel("time per training step (us, log scale)")
     batch = next((r["batch"] for r in payload.get("speed") or []), "?")
-    ax.set_title(f"{name}: us/step per backend and size (batch {batch})")
-    ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize="small")
+    _label(ax, "d_model (log scale)", "time per training step (us, log scale)",
+           f"{name}: us/step per backend and size (batch {batch})")
     figures = {f"{name}_speed": fig}
     scaling = payload.get("batch_scaling") or []
     if scaling:
@@ -244,11 +245,8 @@ def bench_figures(path: Path, payload: dict[str, Any]) -> dict[str, Any]:
         ax.set_yscale("log")
         _plain_log(ax.xaxis, sorted({r["batch"] for r in scaling}))
         _plain_log(ax.yaxis)
-        ax.set_xlabel("batch (names per step, log scale)")
-        ax.set_ylabel("time per sample (us, log scale)")
-        ax.set_title(f"{name}: batch scaling on {scaling[0]['backend']}")
-        ax.grid(alpha=0.3, which="both")
-        ax.legend(fontsize="small")
+        _label(ax, "batch (names per step, log scale)", "time per sample (us, log scale)",
+               f"{name}: batch scaling on {scaling[0]['backend']}")
         figures[f"{name}_batch_scaling"] = fig
     return figures
 
