@@ -26,10 +26,12 @@ from typer.testing import CliRunner
 from eemicrogpt_core import __version__
 from eemicrogpt_core.checkpoint import load_checkpoint
 from eemicrogpt_core.cli import app
+from eemicrogpt_core.errors import EemicrogptError
 from eemicrogpt_core.registry import load_registry
 from eemicrogpt_core.rundir import RunDir
+from eemicrogpt_core.sweep import ray_executor
 from eemicrogpt_core.sweep.driver import make_task, open_sweep_dir
-from eemicrogpt_core.sweep.ray_executor import INSTALL_HINT, compatibility_problems
+from eemicrogpt_core.sweep.ray_executor import INSTALL_HINT, cluster_address, compatibility_problems
 from eemicrogpt_core.sweep.spec import expand, load_spec
 from eemicrogpt_core.trainer import NullReporter, train
 
@@ -90,6 +92,7 @@ def test_sweep_on_a_real_ray_cluster_resumes_and_brings_run_dirs_back(tmp_path: 
         shlex.quote(str(out)), shlex.quote(str(long_out)))
     script = "\n".join([
         "ip link set lo up",
+        "mkdir -p /tmp/ray && mount -t tmpfs tmpfs /tmp/ray",  # Ray's files stay in this mount namespace too
         "echo devices: $(ip -o link show | cut -d: -f2 | tr -d ' ')",  # netlink sees this namespace's devices
         f"ray start --head --num-cpus 2 --disable-usage-stats --include-dashboard=false > {tmp_path}/ray.log 2>&1"
         f" || {{ cat {tmp_path}/ray.log; exit 97; }}",
@@ -174,3 +177,28 @@ def test_address_without_ray_executor_is_refused(tmp_path: Path) -> None:
     spec.write_text(yaml.safe_dump(SPEC))
     result = CliRunner().invoke(app, ["sweep", str(spec), "--workers", "2", "--executor", "ray"])
     assert result.exit_code == 2 and "--workers is for the local executor" in result.output
+
+
+def test_no_cluster_is_a_one_line_error_within_seconds(tmp_path: Path, names_file: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("ray", reason="Ray not installed: pip install 'eemicrogpt[ray]'")
+    spec = tmp_path / "s.yaml"
+    spec.write_text(yaml.safe_dump(SPEC))
+    # Port 1 on loopback: nothing listens, the connection is refused at once (no traffic leaves the machine).
+    cmd = [sys.executable, "-c", "from eemicrogpt_core.cli import app; app()", "sweep", str(spec), "--executor",
+           "ray", "--address", "127.0.0.1:1", "--data", str(names_file), "--out", str(tmp_path / "sw")]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
+    assert "no Ray cluster answers at 127.0.0.1:1" in proc.stderr
+    assert not (tmp_path / "sw").exists()
+
+
+def test_cluster_address_precedence(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    recorded = tmp_path / "ray_current_cluster"
+    monkeypatch.setattr(ray_executor, "RAY_CURRENT_CLUSTER", recorded)
+    with pytest.raises(EemicrogptError, match="no Ray cluster to connect to"):
+        cluster_address(None, {})
+    recorded.write_text("127.0.0.1:6379\n")
+    assert cluster_address(None, {}) == "127.0.0.1:6379"
+    assert cluster_address("auto", {"RAY_ADDRESS": "10.1.2.3:6379"}) == "10.1.2.3:6379"
+    assert cluster_address("127.0.0.1:7000", {"RAY_ADDRESS": "10.1.2.3:6379"}) == "127.0.0.1:7000"

@@ -11,6 +11,8 @@ last copy of its run directory, from which the next invocation resumes (or start
 from __future__ import annotations
 
 import logging
+import os
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +30,40 @@ from .runner import FAILED, INTERRUPTED, one_line
 from .spec import Run
 
 INSTALL_HINT = "--executor ray needs Ray, an optional extra: pip install 'eemicrogpt[ray]' (or pip install ray)"
+# `ray start --head` records its address here; Ray's address "auto" reads it.
+RAY_CURRENT_CLUSTER = Path(os.environ.get("RAY_TMPDIR", "/tmp")) / "ray" / "ray_current_cluster"
+PROBE_SECONDS = 5.0
+
+
+def cluster_address(address: str | None, env: dict[str, str] | None = None) -> str:
+    """--address > $RAY_ADDRESS > the cluster `ray start` last started here (what Ray's "auto" finds)."""
+    env = dict(os.environ) if env is None else env
+    for chosen in (address, env.get("RAY_ADDRESS")):
+        if chosen and chosen != "auto":
+            return chosen
+    try:
+        found = RAY_CURRENT_CLUSTER.read_text().strip()
+    except OSError:
+        found = ""
+    if not found:
+        raise EemicrogptError("no Ray cluster to connect to: pass --address HOST:PORT, set $RAY_ADDRESS, or start "
+                              "one here with `ray start --head`")
+    return found
+
+
+def probe(address: str) -> None:
+    """Fail in seconds, in one line, when nothing listens at HOST:PORT (Ray itself retries for minutes)."""
+    if "://" in address:
+        return  # ray:// (Ray Client) and other schemes: left to Ray
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host or "127.0.0.1", int(port)), timeout=PROBE_SECONDS):
+            pass
+    except ValueError:
+        raise EemicrogptError(f"Ray address {address!r} is not HOST:PORT") from None
+    except OSError as e:
+        raise EemicrogptError(f"no Ray cluster answers at {address} ({e.strerror or e}); start one with "
+                              "`ray start --head` or pass --address") from None
 
 
 def import_ray() -> Any:
@@ -92,13 +128,12 @@ class RayExecutor:
     @classmethod
     def connect(cls, address: str | None, runs: list[Run], console: Console) -> RayExecutor:
         ray = import_ray()
+        address = cluster_address(address)
+        probe(address)
         try:
-            ray.init(address=address or "auto", logging_level=logging.WARNING, log_to_driver=False,
-                     configure_logging=False)
+            ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False, configure_logging=False)
         except (ConnectionError, RuntimeError, ValueError) as e:
-            where = address or "auto ($RAY_ADDRESS or a local cluster)"
-            raise EemicrogptError(f"cannot connect to a Ray cluster at {where}: {one_line(e)} "
-                                  "(start one with `ray start --head` or pass --address)") from None
+            raise EemicrogptError(f"cannot connect to the Ray cluster at {address}: {one_line(e)}") from None
         data_files = {r.config.data for r in runs}
         if len(data_files) != 1:
             raise EemicrogptError("--executor ray ships one names file to the workers; the runs use "
