@@ -187,8 +187,10 @@ def heatmap(rows: list[dict[str, Any]], keys: tuple[str, str], name: str) -> Any
 
 
 def grid_keys(sweep_dir: Path) -> list[str]:
+    """The grid's axes; a linked entry ({d_model: 16, steps: 43302}, ...) is labelled by its first key."""
     spec = yaml.safe_load((sweep_dir / SPEC_NAME).read_text(encoding="utf-8")) or {}
-    return list((spec.get("grid") or {}).keys())
+    grid = spec.get("grid") or {}
+    return [next(iter(values[0])) if isinstance(values[0], dict) else key for key, values in grid.items()]
 
 
 def sweep_figures(sweep_dir: Path) -> dict[str, Any]:

@@ -155,3 +155,19 @@ def test_a_wandb_sweep_config_is_read() -> None:
 def test_hydra_comma_lists_in_the_grid() -> None:
     runs = expand(spec_of({"grid": {"d_model": "16,32", "lr": "0.003, 0.01"}}))
     assert [(r.config.d_model, r.config.lr) for r in runs] == [(16, 0.003), (16, 0.01), (32, 0.003), (32, 0.01)]
+
+
+def test_linked_grid_entries_set_several_keys_together() -> None:
+    spec = spec_of({"grid": {"size": [{"d_model": 16, "steps": 400}, {"d_model": 128, "steps": 100}],
+                             "lr": [0.003, 0.01]}})
+    runs = expand(spec)
+    assert [(r.config.d_model, r.config.steps, r.config.lr) for r in runs] == [
+        (16, 400, 0.003), (16, 400, 0.01), (128, 100, 0.003), (128, 100, 0.01)]
+    assert runs[0].run_id == "d_model=16,steps=400,lr=0.003" and spec.varied_keys == ["d_model", "steps", "lr"]
+    for bad, message in [
+        ({"size": [{"d_model": 16}, {"d_model": 32, "steps": 9}]}, "every entry must set the same keys"),
+        ({"size": [{"d_model": 16, "colour": 1}]}, "'colour' is not a training key"),
+        ({"size": [{"d_model": 16}], "d_model": [32]}, "'d_model' is set by two grid keys"),
+    ]:
+        with pytest.raises(ConfigError, match=message):
+            expand(spec_of({"grid": bad}))

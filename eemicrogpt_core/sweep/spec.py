@@ -5,6 +5,7 @@ The YAML shape borrows from W&B sweep configs and Hydra multirun, which users al
     name: bpc1s                 # optional; the default sweep directory is sweeps/<name>
     base: {d_model: 64, batch: 16, backend: auto}   # any training key (the config file's names)
     grid: {d_model: [16, 32], lr: 0.003,0.01}        # every combination (Hydra's multirun; its a,b,c too)
+    # a grid key whose values are mappings links keys: size: [{d_model: 16, steps: 40000}, {d_model: 64, ...}]
     random:                                          # draws shared by every grid point (W&B's random method)
       count: 4
       seed: 0
@@ -67,7 +68,7 @@ class SweepSpec:
 
     @property
     def varied_keys(self) -> list[str]:
-        keys = list(self.grid) + [k for k in self.random_params if k not in self.grid]
+        keys = list(_flat({k: v[0] for k, v in self.grid.items()})) + list(self.random_params)
         return [*keys, "seed"] if self.seeds is not None else keys
 
     def resolved(self) -> dict[str, Any]:
@@ -162,6 +163,26 @@ def from_wandb(data: Mapping[str, Any], source: str) -> dict[str, Any]:
     return out
 
 
+def _check_group(where: str, values: list[dict[str, Any]]) -> None:
+    """A linked grid key: each value sets several training keys together (e.g. d_model with its steps)."""
+    keys = set(values[0])
+    for value in values:
+        if set(value) != keys:
+            raise _fail(where, f"every entry must set the same keys ({', '.join(sorted(keys))}), got {value}")
+        for key in value:
+            _check_training_key(where, key)
+            if key == "seed":
+                raise _fail(where, "vary seeds with the top-level 'seeds' list")
+
+
+def _flat(grid_point: Mapping[str, Any]) -> dict[str, Any]:
+    """Linked entries ({d_model: 16, steps: 43302}) spread into their keys; plain values stay."""
+    out: dict[str, Any] = {}
+    for key, value in grid_point.items():
+        out.update(value if isinstance(value, dict) else {key: value})
+    return out
+
+
 def parse_spec(data: Mapping[str, Any], source: str, default_name: str = "sweep") -> SweepSpec:
     """Check the spec's shape and keys; raises ConfigError naming the source and the key."""
     if "method" in data:
@@ -186,11 +207,14 @@ def parse_spec(data: Mapping[str, Any], source: str, default_name: str = "sweep"
         base["time_budget"] = None
     grid: dict[str, list[Any]] = {}
     for key, values in _mapping(f"{source}: grid", data.get("grid")).items():
-        _check_training_key(f"{source}: grid", key)
-        if key == "seed":
-            raise _fail(f"{source}: grid", "vary seeds with the top-level 'seeds' list")
         if isinstance(values, str) and "," in values:  # Hydra multirun's sweep syntax: lr: 0.001,0.003,0.01
             values = [yaml.safe_load(v.strip()) for v in values.split(",")]
+        if isinstance(values, list) and values and all(isinstance(v, dict) for v in values):
+            _check_group(f"{source}: grid.{key}", values)
+        else:
+            _check_training_key(f"{source}: grid", key)
+        if key == "seed":
+            raise _fail(f"{source}: grid", "vary seeds with the top-level 'seeds' list")
         if not isinstance(values, list):
             raise _fail(f"{source}: grid.{key}", f"expected a list of values, got {values!r}")
         if not values:
@@ -198,6 +222,10 @@ def parse_spec(data: Mapping[str, Any], source: str, default_name: str = "sweep"
         if len(set(map(repr, values))) != len(values):
             raise _fail(f"{source}: grid.{key}", f"repeated values in {values}")
         grid[key] = values
+    grid_keys = [k for key, values in grid.items() for k in _flat({key: values[0]})]
+    twice = sorted({k for k in grid_keys if grid_keys.count(k) > 1})
+    if twice:
+        raise _fail(f"{source}: grid", f"{twice[0]!r} is set by two grid keys")
     random = _mapping(f"{source}: random", data.get("random"))
     bad = [k for k in random if k not in RANDOM_KEYS]
     if bad:
@@ -205,7 +233,7 @@ def parse_spec(data: Mapping[str, Any], source: str, default_name: str = "sweep"
     params: dict[str, dict[str, Any]] = {}
     for key, dist in _mapping(f"{source}: random.parameters", random.get("parameters")).items():
         _check_training_key(f"{source}: random.parameters", key)
-        if key in grid or key == "seed":
+        if key in grid_keys or key == "seed":
             raise _fail(f"{source}: random.parameters.{key}", "already varied by the grid or seeds")
         params[key] = _parse_distribution(f"{source}: random.parameters.{key}", dist)
     count, rseed = random.get("count", 1 if params else 0), random.get("seed", 0)
@@ -276,7 +304,7 @@ def expand(spec: SweepSpec) -> list[Run]:
     for combo in combos:
         for draw in draw_random(spec):
             for seed in seeds:
-                varied = dict(zip(keys, combo, strict=True)) | draw
+                varied = _flat(dict(zip(keys, combo, strict=True))) | draw
                 if seed is not None:
                     varied["seed"] = seed
                 rid = run_id(varied)
