@@ -189,7 +189,8 @@ def test_without_matplotlib_plot_says_how_to_install_it(sweep_dir: Path, tmp_pat
 def test_heatmap_of_a_linked_grid_key_uses_its_first_key(sweep_dir: Path) -> None:
     linked = [{"d_model": 16, "steps": 400}, {"d_model": 32, "steps": 100}]
     (sweep_dir / "spec.yaml").write_text(yaml.safe_dump({"name": "demo", "grid": {"size": linked,
-                                                                                  "lr": [0.003, 0.01, 0.03]}}))
+                                                                                  "lr": [0.003, 0.01, 0.03]}},
+                                                     sort_keys=False))  # as the sweep writes it: grid order kept
     ax = build_figures([sweep_dir])["demo_heatmap"].axes[0]
     assert (ax.get_xlabel(), ax.get_ylabel()) == ("lr", "d_model")
     assert [t.get_text() for t in ax.get_yticklabels()] == ["16", "32"]
