@@ -44,6 +44,8 @@ SPEC = {"name": "raytiny", "base": {"d_model": 16, "backend": "numpy_ref", "eval
 def namespaces_unavailable() -> str | None:
     if shutil.which("unshare") is None:
         return "unshare(1) not found (util-linux): needed to keep the Ray cluster on a private loopback"
+    if shutil.which("ip") is None:
+        return "ip(8) not found (iproute2): needed to bring up loopback inside the private network namespace"
     if os.geteuid() != 0:
         return "not root: unshare -n -p needs root to give the Ray cluster private network and PID namespaces"
     probe = subprocess.run(["unshare", "-n", "-p", "-f", "--mount-proc", "true"], capture_output=True, text=True)
