@@ -395,3 +395,39 @@ def bench_cmd(
                   "FP32 peak: unknown (no plugin measures it here; pass --peak-gflops to get % of peak)")
     for note in notes:
         console.print(note, highlight=False)
+
+
+@app.command("sweep")
+def sweep_cmd(
+    spec: Annotated[Path, typer.Argument(help="sweep spec (YAML: base, grid, random, seeds, steps/time_budget)")],
+    out: Annotated[Path | None, typer.Option(help="sweep directory (default sweeps/<spec name>)")] = None,
+    executor: Annotated[str, typer.Option(help="local (worker processes, one per physical core) or ray")] = "local",
+    address: Annotated[str | None, typer.Option(help="Ray cluster address (default: $RAY_ADDRESS or auto)")] = None,
+    workers: Annotated[int | None, typer.Option(help="local workers (default: one per physical core)")] = None,
+    backend: Annotated[str | None, typer.Option(help=_BACKEND_HELP)] = None,
+    data: Annotated[str | None, typer.Option(help=_DATA_HELP)] = None,
+) -> None:
+    """Train many runs (grid, random draws, seeds); re-running skips finished runs and resumes interrupted ones.
+
+    Exit status: 0 all runs finished, 1 some failed (recorded with their error), 2 bad spec, 130 Ctrl-C."""
+    from .sweep.command import sweep_command
+
+    outcome = sweep_command(spec, out=out, executor=executor, address=address, workers=workers, backend=backend,
+                            data=data, console=_wide_console())
+    if outcome.interrupted:
+        raise typer.Exit(EXIT_INTERRUPTED)
+    if outcome.failed:
+        raise typer.Exit(1)  # the runs' one-line errors are in the table and in results.jsonl
+
+
+@app.command("plot")
+def plot_cmd(
+    paths: Annotated[list[Path], typer.Argument(help="run directories, sweep directories or `bench --json` files")],
+    out: Annotated[Path, typer.Option(help="directory for the figures")] = Path("plots"),
+    fmt: Annotated[str, typer.Option("--format", help="png or svg")] = "png",
+) -> None:
+    """Charts: loss curves of runs; Pareto, loss vs lr and heatmap of sweeps; speed and batch scaling of bench."""
+    from .plot import plot_command
+
+    for path in plot_command(paths, out, fmt):
+        print(path)

@@ -20,7 +20,7 @@ mkdir -p "$logs"
 
 # step NAME COMMAND...: run quietly into $logs/NAME.log; on failure show the log's end and stop.
 step() {
-  local name=$1 log="$logs/$1.log"
+  local name=$1 log="$logs/${1//[^a-zA-Z0-9]/_}.log"
   shift
   echo "== $name"
   if ! "$@" >"$log" 2>&1; then
@@ -32,7 +32,8 @@ step() {
 
 PIP=(.venv/bin/python -m pip install --disable-pip-version-check)
 step "pip, setuptools, wheel" "${PIP[@]}" --upgrade pip setuptools wheel
-step "eemicrogpt (core, editable, with test tools)" "${PIP[@]}" -e ".[test]"
+# The plot and ray extras too: the tests exercise `eemicrogpt plot` and a real Ray cluster.
+step "eemicrogpt (core, editable, with test tools, plot and ray extras)" "${PIP[@]}" -e ".[test,plot,ray]"
 # One pip call: some backends depend on others (sme2_f16 on sme2_f32), so pip must see them together.
 backends=()
 for backend in backends/*/; do

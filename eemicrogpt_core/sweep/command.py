@@ -1,0 +1,66 @@
+"""`eemicrogpt sweep SPEC.yaml`: everything is checked before the first run starts; then the executor runs
+what is unfinished and the table of results, sorted by val loss, is printed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from ..errors import ConfigError
+from ..registry import load_registry
+from .driver import SweepOutcome, check_backends, prepare_runs, run_sweep
+from .progress import SweepProgress
+from .results import fmt
+from .spec import load_spec
+
+EXECUTORS = ("local", "ray")
+DEFAULT_ROOT = Path("sweeps")
+
+
+def _value(value: object) -> str:
+    return f"{value:g}" if isinstance(value, float) else fmt(value)
+
+
+def results_table(outcome: SweepOutcome, varied_keys: list[str]) -> Table:
+    table = Table("#", *varied_keys, "status", "val loss", "train loss", "steps", "us/step", "train s", "backend",
+                  title=f"{outcome.sweep_dir} (sorted by val loss)")
+    for i, r in enumerate(outcome.rows, 1):
+        status = r.get("status", "?")
+        if r.get("error"):
+            status = f"{status}: {r['error']}"
+        table.add_row(str(i), *(_value(r.get(k)) for k in varied_keys), status, fmt(r.get("val_loss")),
+                      fmt(r.get("train_loss")), fmt(r.get("steps")), fmt(r.get("us_per_step"), 1),
+                      fmt(r.get("train_s"), 2), fmt(r.get("backend")))
+    return table
+
+
+def sweep_command(spec_path: Path, *, out: Path | None, executor: str, address: str | None, workers: int | None,
+                  backend: str | None, data: str | None, console: Console) -> SweepOutcome:
+    if executor not in EXECUTORS:
+        raise ConfigError(f"--executor must be one of {', '.join(EXECUTORS)}, got {executor!r}")
+    if address is not None and executor != "ray":
+        raise ConfigError("--address is for --executor ray")
+    if workers is not None and executor != "local":
+        raise ConfigError("--workers is for the local executor (Ray gives each run one CPU of the cluster)")
+    spec = load_spec(spec_path)
+    runs = prepare_runs(spec, backend, data)
+    sweep_dir = out or DEFAULT_ROOT / spec.name
+    if executor == "ray":
+        from .ray_executor import RayExecutor  # Ray is an optional extra: imported only when asked for
+
+        ex = RayExecutor.connect(address, runs, console)
+    else:
+        from .local import LocalExecutor
+
+        check_backends(runs, load_registry())
+        ex = LocalExecutor(workers)
+    outcome = run_sweep(spec, runs, sweep_dir, ex, SweepProgress(console))
+    console.print(results_table(outcome, spec.varied_keys))
+    console.print(f"results: {sweep_dir / 'results.csv'} and results.jsonl; run directories under "
+                  f"{sweep_dir / 'runs'}", highlight=False)
+    if outcome.interrupted:
+        console.print("interrupted: run the same command again to resume (finished runs are skipped)",
+                      highlight=False)
+    return outcome

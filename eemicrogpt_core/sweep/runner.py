@@ -1,0 +1,117 @@
+"""One sweep run in an ordinary run directory: fresh, resumed from its checkpoint, or already finished.
+
+The same trainer and run-directory code as `eemicrogpt train`; this module only decides which of the three
+cases applies and turns the outcome into one results record. Errors become a failed record with a one-line
+message, so one bad run never stops the others.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from ..checkpoint import load_checkpoint
+from ..config import TrainConfig, build_config
+from ..data import Dataset, encode, read_names, split
+from ..errors import EemicrogptError
+from ..registry import BackendRegistry
+from ..rundir import RunDir
+from ..trainer import PreparedData, train
+
+DONE, FAILED, INTERRUPTED = "done", "failed", "interrupted"
+# Copied from each run's config into its record whether varied or not: the plots group and place runs by them.
+SUMMARY_KEYS = ("d_model", "n_heads", "batch", "lr", "seed", "time_budget")
+
+
+def one_line(error: BaseException) -> str:
+    text = str(error) if isinstance(error, EemicrogptError) else f"{type(error).__name__}: {error}"
+    return " ".join(text.split())
+
+
+@functools.lru_cache(maxsize=4)
+def _encoded(path: str, mtime_ns: int, drop_invalid: bool) -> tuple[Dataset, int, int]:
+    """The names file read and encoded once per worker (the largest part of a short run's overhead)."""
+    names = read_names(path, drop_invalid=drop_invalid)
+    data, n_truncated = encode(names.names)
+    return data, n_truncated, names.n_dropped
+
+
+def prepared_data(cfg: TrainConfig) -> PreparedData:
+    """What trainer.prepare_data returns, with the file's parsing cached across a worker's runs."""
+    try:
+        mtime = os.stat(str(cfg.data)).st_mtime_ns
+    except OSError:
+        mtime = -1  # read_names reports the missing or unreadable file
+    data, n_truncated, n_dropped = _encoded(str(cfg.data), mtime, cfg.drop_invalid)
+    train_set, val_set = split(data, cfg.val_fraction, cfg.seed)
+    return PreparedData(train_set, val_set, n_truncated, n_dropped)
+
+
+def _finished_record(run: RunDir) -> dict[str, Any]:
+    """The record of a run that a previous invocation finished (results.jsonl may have missed it)."""
+    ckpt = load_checkpoint(run.checkpoint_path)
+    last = run.read_metrics()[-1] if run.read_metrics() else {}
+    return {
+        "status": DONE if ckpt.state.step >= ckpt.total_steps else INTERRUPTED,
+        "steps": int(ckpt.state.step),
+        "total_steps": int(ckpt.total_steps),
+        "train_loss": last.get("train_loss"),
+        "val_loss": last.get("val_loss"),
+        "us_per_step": last.get("us_per_step"),
+        "backend": ckpt.backend,
+    }
+
+
+def run_one(task: dict[str, Any], registry: BackendRegistry) -> dict[str, Any]:
+    """Train task['config'] (a config dict) in task['run_dir']; returns the results record (never raises
+    except KeyboardInterrupt from outside the trainer's own Ctrl-C handling)."""
+    started = time.perf_counter()
+    summary = {key: task["config"].get(key) for key in SUMMARY_KEYS}
+    record: dict[str, Any] = {"run_id": task["run_id"], **summary, **task["varied"]}
+    try:
+        cfg: TrainConfig = build_config([(f"run {task['run_id']}", task["config"])])
+        run = RunDir(Path(task["run_dir"]))
+        resume = None
+        if run.checkpoint_path.is_file():
+            resume = load_checkpoint(run.checkpoint_path)
+            if resume.state.step >= resume.total_steps:
+                record.update(_finished_record(run), resumed_from=int(resume.state.step))
+                return _finish(record, started)
+            cfg = dataclasses.replace(resume.config, backend=cfg.backend, data=cfg.data, out=str(run.path))
+        else:
+            cfg = dataclasses.replace(cfg, out=str(run.path))
+            run = RunDir.create(cfg.out, cfg)
+        result = train(cfg, registry, run_dir=run, resume=resume, data=prepared_data(cfg))
+        steps = int(result.state.step)
+        if result.interrupted:  # what a resume continues from (a stop inside a backend call keeps an older one)
+            steps = int(load_checkpoint(run.checkpoint_path).state.step) if run.checkpoint_path.is_file() else 0
+        record.update(
+            status=INTERRUPTED if result.interrupted else DONE,
+            steps=steps,
+            total_steps=int(result.total_steps),
+            train_loss=result.train_loss,
+            val_loss=result.val_loss,
+            us_per_step=round(result.us_per_step, 3),
+            backend=result.backend,
+            resumed_from=int(resume.state.step) if resume else 0,
+        )
+    except EemicrogptError as e:
+        record.update(status=FAILED, error=one_line(e))
+    except Exception as e:  # a bug or a backend fault in one run must not take the sweep down
+        where = traceback.extract_tb(e.__traceback__)[-1]
+        record.update(status=FAILED, error=f"{one_line(e)} (at {Path(where.filename).name}:{where.lineno})")
+    return _finish(record, started)
+
+
+def _finish(record: dict[str, Any], started: float) -> dict[str, Any]:
+    """Wall time of this invocation, and training time: all steps at this invocation's speed (a resumed run's
+    earlier part ran at about the same speed; the Pareto chart plots this)."""
+    record["wall_s"] = round(time.perf_counter() - started, 3)
+    if record.get("steps") and record.get("us_per_step"):
+        record["train_s"] = round(record["steps"] * record["us_per_step"] / 1e6, 4)
+    return record
