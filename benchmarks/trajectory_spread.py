@@ -52,7 +52,7 @@ def main() -> None:
     kit = BackendConformance()
     for d_model in (int(d) for d in args.d_models.split(",")):
         for item in args.backends.split(","):
-            name, dtype = (item.split(":") + ["float32"])[:2]
+            name, dtype = [*item.split(":"), "float32"][:2]
             print(spread(kit, name, dtype, d_model), flush=True)
 
 

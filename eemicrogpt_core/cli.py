@@ -415,7 +415,7 @@ def sweep_cmd(
     outcome = sweep_command(spec, out=out, executor=executor, address=address, workers=workers, backend=backend,
                             data=data, console=_wide_console())
     if outcome.interrupted:
-        raise typer.Exit(EXIT_INTERRUPTED)
+        raise typer.Exit(128 + signal.SIGINT)  # the shell convention for Ctrl-C, as train uses
     if outcome.failed:
         raise typer.Exit(1)  # the runs' one-line errors are in the table and in results.jsonl
 

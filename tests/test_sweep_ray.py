@@ -36,6 +36,8 @@ from eemicrogpt_core.sweep.spec import expand, load_spec
 from eemicrogpt_core.trainer import NullReporter, train
 
 CLI = f"{shlex.quote(sys.executable)} -c 'from eemicrogpt_core.cli import app; app()'"
+# The ray command of this interpreter's environment, whether or not that environment is on PATH.
+RAY_CLI = str(Path(sys.executable).parent / "ray") if (Path(sys.executable).parent / "ray").exists() else "ray"
 SPEC = {"name": "raytiny", "base": {"d_model": 16, "backend": "numpy_ref", "eval_batches": 2, "log_every": 40,
                                     "chunk_steps": 10},
         "grid": {"lr": [0.005, 0.01]}, "seeds": [1], "steps": 120}
@@ -96,7 +98,8 @@ def test_sweep_on_a_real_ray_cluster_resumes_and_brings_run_dirs_back(tmp_path: 
         "ip link set lo up",
         "mkdir -p /tmp/ray && mount -t tmpfs tmpfs /tmp/ray",  # Ray's files stay in this mount namespace too
         "echo devices: $(ip -o link show | cut -d: -f2 | tr -d ' ')",  # netlink sees this namespace's devices
-        f"ray start --head --num-cpus 2 --disable-usage-stats --include-dashboard=false > {tmp_path}/ray.log 2>&1"
+        f"{shlex.quote(RAY_CLI)} start --head --num-cpus 2 --disable-usage-stats --include-dashboard=false"
+        f" > {tmp_path}/ray.log 2>&1"
         f" || {{ cat {tmp_path}/ray.log; exit 97; }}",
         f"{sweep}; echo first=$?",
         f"{sweep}; echo second=$?",

@@ -86,7 +86,11 @@ def run_one(task: dict[str, Any], registry: BackendRegistry) -> dict[str, Any]:
         else:
             cfg = dataclasses.replace(cfg, out=str(run.path))
             run = RunDir.create(cfg.out, cfg)
-        result = train(cfg, registry, run_dir=run, resume=resume, data=prepared_data(cfg))
+        run.claim()  # as `eemicrogpt train` does: no second process trains this directory meanwhile
+        try:
+            result = train(cfg, registry, run_dir=run, resume=resume, data=prepared_data(cfg))
+        finally:
+            run.release()
         steps = int(result.state.step)
         if result.interrupted:  # what a resume continues from (a stop inside a backend call keeps an older one)
             steps = int(load_checkpoint(run.checkpoint_path).state.step) if run.checkpoint_path.is_file() else 0
