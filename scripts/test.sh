@@ -11,13 +11,13 @@ section() { echo; echo "== $* ($(date -u +%H:%M:%S))"; }
 section "ruff"
 ruff check .
 
-section "example third-party backend (built against eemicrogpt.h alone)"
-python -m pip install -q --disable-pip-version-check ./examples/minimal_native_backend
+section "example third-party backends (C built against eemicrogpt.h alone; Python)"
+python -m pip install -q --disable-pip-version-check ./examples/minimal_native_backend ./examples/minimal_python_backend
 
 section "pytest: core, numpy_ref, the native backends this CPU runs, the example backend"
 # x86 backends must not be skipped on this machine: a missing one fails.
-EEMICROGPT_REQUIRE_BACKENDS=numpy_ref,avx512,avx2,example_c \
-  pytest -q tests backends/*/tests examples/minimal_native_backend/tests
+EEMICROGPT_REQUIRE_BACKENDS=numpy_ref,avx512,avx2,example_c,example_py \
+  pytest -q tests backends/*/tests examples/*/tests
 
 section "x86 backend under AddressSanitizer + UndefinedBehaviorSanitizer"
 PYTHON=python bash backends/x86/tests/run_sanitized.sh
