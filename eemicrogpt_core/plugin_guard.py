@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .backend import BackendSpec
+from .backend import BackendSpec, ProbeResult
 
 TIMEOUT_ENV = "EEMICROGPT_PLUGIN_TIMEOUT"  # seconds a probe or hook may take (default below)
 DEFAULT_TIMEOUT = 10.0  # generous: probes under QEMU emulation take well under a second
@@ -80,10 +80,15 @@ def _positive_ints(value: object) -> bool:
     )
 
 
+def name_problem(name: object) -> str | None:
+    """A backend name is a str of letters, digits, '_', '.', '-' (':' qualifies it), and not 'auto'."""
+    if not isinstance(name, str) or not BACKEND_NAME.fullmatch(name) or name == "auto":
+        return f"backend name {name!r} is not a name (letters, digits, '_', '.', '-'; not 'auto')"
+    return None
+
+
 def spec_problem(spec: BackendSpec) -> str | None:
-    """What is wrong with the types of a plugin's BackendSpec, or None (the dataclass checks nothing)."""
-    if not isinstance(spec.name, str) or not BACKEND_NAME.fullmatch(spec.name) or spec.name == "auto":
-        return f"backend name {spec.name!r} is not a name (letters, digits, '_', '.', '-'; not 'auto')"
+    """What is wrong with the types of a plugin's BackendSpec (name aside), or None (the dataclass checks nothing)."""
     problems = []
     if not isinstance(spec.description, str):
         problems.append(f"description is {type(spec.description).__name__}, not str")
@@ -101,6 +106,17 @@ def spec_problem(spec: BackendSpec) -> str | None:
     if not isinstance(spec.extra, dict):
         problems.append(f"extra must be a dict, got {type(spec.extra).__name__}")
     return "; ".join(problems) or None
+
+
+def probe_problem(result: object) -> str | None:
+    """A probe returns a ProbeResult(available: bool, reason: str, score: int)."""
+    if not isinstance(result, ProbeResult):
+        return f"probe returned {type(result).__name__}, not a ProbeResult"
+    for field, kind in (("available", bool), ("reason", str), ("score", int)):
+        value = getattr(result, field)
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            return f"probe {field} is {type(value).__name__}, not {kind.__name__}"
+    return None
 
 
 def peak_value_problem(value: object) -> str | None:

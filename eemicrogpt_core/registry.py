@@ -241,10 +241,9 @@ def _collect_specs(
             if not isinstance(spec, BackendSpec):
                 failures.append(PluginFailure(plugin, dist, f"yielded {type(spec).__name__}, not a BackendSpec"))
                 continue
-            problem = plugin_guard.spec_problem(spec)
-            if problem is not None and not (isinstance(spec.name, str) and plugin_guard.BACKEND_NAME.fullmatch(
-                    spec.name) and spec.name != "auto"):
-                failures.append(PluginFailure(plugin, dist, problem))
+            bad_name = plugin_guard.name_problem(spec.name)
+            if bad_name is not None:  # no row can show it: a plugin failure
+                failures.append(PluginFailure(plugin, dist, bad_name))
                 continue
             if spec.name in disabled or f"{dist}:{spec.name}" in disabled:
                 continue
@@ -253,6 +252,7 @@ def _collect_specs(
                 continue
             yielded.add(spec.name)
             entry = BackendEntry(spec.name, spec, dist, version, plugin=plugin)
+            problem = plugin_guard.spec_problem(spec)
             if problem is not None:
                 entry.spec, entry.error = None, f"malformed BackendSpec: {problem}"
             entries.append(entry)
@@ -284,10 +284,8 @@ def _probe_all(entries: list[BackendEntry]) -> None:
     for entry, outcome in zip(todo, outcomes, strict=True):
         if outcome.error is not None:
             entry.error = f"probe {outcome.error}"
-        elif not isinstance(outcome.value, ProbeResult):
-            entry.error = f"probe returned {type(outcome.value).__name__}, not a ProbeResult"
-        elif isinstance(outcome.value.score, bool) or not isinstance(outcome.value.score, int):
-            entry.error = f"probe score is {type(outcome.value.score).__name__}, not int"
+        elif (problem := plugin_guard.probe_problem(outcome.value)) is not None:
+            entry.error = problem
         else:
             entry.probe = outcome.value
 

@@ -119,7 +119,13 @@ def test_spec_without_a_usable_name_is_a_plugin_failure(name: object) -> None:
 
 @pytest.mark.parametrize(
     ("result", "message"),
-    [("yes", "probe returned str, not a ProbeResult"), (ProbeResult(True, "", "high"), "score is str, not int")],
+    [
+        ("yes", "probe returned str, not a ProbeResult"),
+        (ProbeResult(True, "", "high"), "probe score is str, not int"),
+        (ProbeResult(True, "", True), "probe score is bool, not int"),
+        (ProbeResult(True, 42, 1), "probe reason is int, not str"),
+        (ProbeResult(1, "", 1), "probe available is int, not bool"),
+    ],
 )
 def test_probe_returning_the_wrong_type_is_broken(result: object, message: str) -> None:
     reg = _registry(_plugin("p", _spec("odd", probe=lambda: result)))
