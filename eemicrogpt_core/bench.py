@@ -208,6 +208,7 @@ class LossRow:
     us_per_step: float
     train_loss: float  # mean of the last 100 training losses
     val_loss: float | None
+    error: str | None = None  # training failed at this size; the numbers are NaN
 
 
 def loss_at(
@@ -219,9 +220,15 @@ def loss_at(
     for d in sizes:
         base = preset(d) if d in PRESETS else TrainConfig(d_model=d)
         cfg = dataclasses.replace(
-            base, backend=entry.name, data=data_path, time_budget=seconds, log_every=10**9, out=None
+            base, backend=entry.selector, data=data_path, time_budget=seconds, log_every=10**9, out=None
         )
-        result = train(cfg, registry, data=data)
+        try:
+            result = train(cfg, registry, data=data)
+        except Exception as exc:  # the other sizes still run; the row says what happened
+            nan = float("nan")
+            rows.append(LossRow(entry.name, d, cfg.n_heads, cfg.lr, seconds, 0, nan, nan, None,
+                                f"{type(exc).__name__}: {exc}"))
+            continue
         rows.append(LossRow(entry.name, d, cfg.n_heads, cfg.lr, seconds, result.total_steps,
                             result.us_per_step, result.train_loss, result.val_loss))
     return rows

@@ -348,7 +348,7 @@ def bench_cmd(
         payload = bench.as_json(speed=rows, batch_scaling=scaling, loss_at=losses, notes=notes,
                                 peak_gflops=peak, peak_source=peak_source, flops_formula=bench.__doc__)
         print(json.dumps(payload, indent=2))
-        _exit_if_failed(rows + scaling, console)
+        _exit_if_failed([*rows, *scaling, *losses], console)
         return
     console.print(_speed_table("us/step at batch 16", rows))
     if scaling:
@@ -357,6 +357,9 @@ def bench_cmd(
         table = Table("backend", "d_model", "lr", "steps", "us/step", "train loss", "val loss",
                       title=f"loss within {loss_at:g} s (LR schedule spans the steps that fit)")
         for r in losses:
+            if r.error is not None:
+                table.add_row(r.backend, str(r.d_model), f"{r.lr:g}", f"failed: {r.error}")
+                continue
             val = f"{r.val_loss:.4f}" if r.val_loss is not None else "-"
             table.add_row(r.backend, str(r.d_model), f"{r.lr:g}", f"{r.steps:,}", f"{r.us_per_step:,.1f}",
                           f"{r.train_loss:.4f}", val)
@@ -365,10 +368,10 @@ def bench_cmd(
                   "FP32 peak: unknown (no plugin measures it here; pass --peak-gflops to get % of peak)")
     for note in notes:
         console.print(note, highlight=False)
-    _exit_if_failed(rows + scaling, console)
+    _exit_if_failed([*rows, *scaling, *losses], console)
 
 
-def _exit_if_failed(rows: list[bench.BenchRow], console: Console) -> None:
+def _exit_if_failed(rows: list[bench.BenchRow | bench.LossRow], console: Console) -> None:
     """Every cell ran; a backend that failed on some makes the exit status 1 (its rows say why)."""
     failed = sorted({r.backend for r in rows if r.error is not None})
     if failed:

@@ -64,6 +64,11 @@ class BackendEntry:
         return f"{self.qualifier or self.distribution}:{self.name}"
 
     @property
+    def selector(self) -> str:
+        """What selects exactly this backend: its name, or its qualified name when the name is shared."""
+        return self.qualified_name if self.ambiguous else self.name
+
+    @property
     def ambiguous(self) -> bool:
         return bool(self.also_provided_by)
 

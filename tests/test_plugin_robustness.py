@@ -271,6 +271,28 @@ def test_bench_cli_shows_the_failed_row_and_exits_1(names_file: Path, monkeypatc
     assert rows["numpy_ref"]["error"] is None and rows["numpy_ref"]["us_per_step"] > 0
 
 
+def test_loss_at_keeps_going_past_a_size_that_fails(names_file: Path) -> None:
+    from eemicrogpt_backend_numpy.session import NumpySession
+
+    from eemicrogpt_core.data import split
+    from eemicrogpt_core.trainer import PreparedData
+
+    class FailsAtD32(NumpySession):
+        def train_steps(self, tokens, lengths, lrs):
+            if self.shape.d_model == 32:
+                raise FloatingPointError("non-finite loss at step 3")
+            return super().train_steps(tokens, lengths, lrs)
+
+    reg = _registry(_plugin("one", BackendSpec("picky", "d", lambda: ProbeResult.ok(1), FailsAtD32)),
+                    _plugin("two", BackendSpec("picky", "d", lambda: ProbeResult.ok(1), FailsAtD32)))
+    entry = reg.get("one:picky")
+    assert entry.selector == "one:picky"  # the name is shared: training selects it qualified
+    train_set, val_set = split(encode(read_names(names_file).names)[0], 0.1, 0)
+    rows = bench.loss_at(reg, entry, (32, 16), PreparedData(train_set, val_set, 0, 0), str(names_file), 0.05)
+    assert "non-finite loss at step 3" in rows[0].error
+    assert rows[1].error is None and rows[1].steps > 0
+
+
 # ---- --version --------------------------------------------------------------------------------------------
 def test_version_lists_the_core_and_every_backend_distribution() -> None:
     from eemicrogpt_core import __version__
