@@ -87,6 +87,16 @@ class KeepsNonFinite(NumpySession):
         pass
 
 
+class VagueRefusal(NumpySession):
+    """Refuses an overflowing update with an unrelated exception type instead of FloatingPointError."""
+
+    def _check_finite(self) -> None:
+        try:
+            super()._check_finite()
+        except FloatingPointError as exc:
+            raise ValueError("something went wrong") from exc
+
+
 class ListLosses(NumpySession):
     """Returns the losses as a Python list."""
 
@@ -97,7 +107,7 @@ class ListLosses(NumpySession):
 MUTANTS = {
     cls.__name__.lower(): cls
     for cls in (GradientOff, OffByOne, LrOff, Noisy, Leaky, Aliased, SkipsLastUpdate, Float64State, KeepsNonFinite,
-                ListLosses)
+                VagueRefusal, ListLosses)
 }
 
 
@@ -152,6 +162,12 @@ def test_kit_passes_what_each_mutant_does_not_break(mutant: str) -> None:
 def test_new_contract_checks_pass_on_numpy_ref(check: str) -> None:
     # The mutants above fail these; the reference they were derived from passes them.
     getattr(kit("numpy_ref"), check)(16)
+
+
+def test_non_finite_refusal_must_say_so() -> None:
+    # Raising is not enough: the error must be the non-finite one, or a real bug would pass as a refusal.
+    with pytest.raises(ValueError, match="something went wrong"):
+        kit("vaguerefusal").test_non_finite_update_raises(16)
 
 
 def test_float64_sessions_declare_their_state_dtype() -> None:
