@@ -19,7 +19,7 @@ from typing import Any
 from .backend import BackendSpec, ProbeResult
 
 TIMEOUT_ENV = "EEMICROGPT_PLUGIN_TIMEOUT"  # seconds a probe or hook may take (default below)
-DEFAULT_TIMEOUT = 10.0  # generous: probes under QEMU emulation take well under a second
+DEFAULT_TIMEOUT = 20.0  # generous for emulated (QEMU) or busy machines; a hung plugin costs it once per command
 BACKEND_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")  # ':' is reserved for `distribution:name`
 
 
