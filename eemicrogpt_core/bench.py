@@ -63,6 +63,12 @@ class BenchRow:
     live_positions: float  # mean live positions per measured step
     steps_timed: int
     repeats: int
+    error: str | None = None  # the backend failed on this cell; the numbers are NaN
+
+
+def failed_row(backend: str, shape: ModelShape, batch: int, error: str) -> BenchRow:
+    nan = float("nan")
+    return BenchRow(backend, shape.d_model, shape.n_heads, batch, nan, nan, nan, nan, None, nan, 0, 0, error)
 
 
 def heads_for(d_model: int) -> int:
@@ -152,7 +158,10 @@ def measure(
     repeats: int = 5,
     target_s: float = 0.3,
 ) -> tuple[list[BenchRow], list[str]]:
-    """Time each (backend, d_model, batch) cell that the backend supports; a note for each it does not."""
+    """Time each (backend, d_model, batch) cell that the backend supports; a note for each it does not.
+
+    A backend that raises gets a row holding its error, and the other cells still run.
+    """
     rows, notes = [], []
     for entry, d, batch in cells:
         shape = ModelShape(d, heads_for(d))
@@ -160,7 +169,10 @@ def measure(
         if reason:
             notes.append(f"{entry.name} d{d} batch {batch}: skipped ({reason})")
             continue
-        rows.append(time_steps(entry, shape, batch, data, repeats=repeats, target_s=target_s, peak=peak))
+        try:
+            rows.append(time_steps(entry, shape, batch, data, repeats=repeats, target_s=target_s, peak=peak))
+        except Exception as exc:
+            rows.append(failed_row(entry.name, shape, batch, f"{type(exc).__name__}: {exc}"))
     return rows, notes
 
 
@@ -196,6 +208,7 @@ class LossRow:
     us_per_step: float
     train_loss: float  # mean of the last 100 training losses
     val_loss: float | None
+    error: str | None = None  # training failed at this size; the numbers are NaN
 
 
 def loss_at(
@@ -207,12 +220,25 @@ def loss_at(
     for d in sizes:
         base = preset(d) if d in PRESETS else TrainConfig(d_model=d)
         cfg = dataclasses.replace(
-            base, backend=entry.name, data=data_path, time_budget=seconds, log_every=10**9, out=None
+            base, backend=entry.selector, data=data_path, time_budget=seconds, log_every=10**9, out=None
         )
-        result = train(cfg, registry, data=data)
+        try:
+            result = train(cfg, registry, data=data)
+        except Exception as exc:  # the other sizes still run; the row says what happened
+            nan = float("nan")
+            rows.append(LossRow(entry.name, d, cfg.n_heads, cfg.lr, seconds, 0, nan, nan, None,
+                                f"{type(exc).__name__}: {exc}"))
+            continue
         rows.append(LossRow(entry.name, d, cfg.n_heads, cfg.lr, seconds, result.total_steps,
                             result.us_per_step, result.train_loss, result.val_loss))
     return rows
+
+
+def _plain(row: Any) -> Any:
+    """A dataclass row as a dict; NaN (a failed cell's numbers) as null, which JSON can hold."""
+    if not dataclasses.is_dataclass(row):
+        return row
+    return {k: None if isinstance(v, float) and v != v else v for k, v in dataclasses.asdict(row).items()}
 
 
 def as_json(**sections: Any) -> dict[str, Any]:
@@ -220,7 +246,7 @@ def as_json(**sections: Any) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in sections.items():
         if isinstance(value, list):
-            out[key] = [dataclasses.asdict(v) if dataclasses.is_dataclass(v) else v for v in value]
+            out[key] = [_plain(v) for v in value]
         else:
             out[key] = value
     return out

@@ -32,6 +32,7 @@ from .registry import BackendRegistry, load_registry, peak_gflops
 from .rundir import RunDir
 from .sampling import generate
 from .trainer import PreparedData, TrainResult, prepare_data, train
+from .versions import version_report
 
 EXIT_USER_ERROR = 2
 MAX_SAMPLES = 10_000  # sample -n: the forward pass holds n x 16 positions of activations at once
@@ -90,6 +91,23 @@ app = typer.Typer(
     pretty_exceptions_show_locals=False,
     help=f"eemicrogpt {__version__}: train tiny character-level GPTs on a CPU, fast.",
 )
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        print(version_report())
+        raise typer.Exit()
+
+
+@app.callback()
+def main(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_print_version, is_eager=True,
+                           help="print the core's and every installed backend's version, then exit")
+    ] = False,
+) -> None:
+    pass  # the app's help text is set on the Typer above
+
 
 _BACKEND_HELP = "backend name or 'auto' (precedence: this flag > $EEMICROGPT_BACKEND > config > auto)"
 _DATA_HELP = "names file (precedence: this flag > $EEMICROGPT_DATA > config > cached makemore names.txt)"
@@ -259,12 +277,14 @@ def backends_report(registry: BackendRegistry) -> dict[str, Any]:
         "backends": [
             {
                 "name": e.name,
+                "qualified_name": e.qualified_name,  # what --backend takes when two distributions share the name
                 "distribution": e.distribution,
                 "version": e.version,
                 "available": e.available,
                 "reason": e.status_reason,
                 "score": e.score,
                 "description": e.spec.description if e.spec else "",
+                "also_provided_by": e.also_provided_by,
             }
             for e in registry.entries
         ],
@@ -314,6 +334,9 @@ def _speed_table(title: str, rows: list[bench.BenchRow]) -> Table:
     table = Table("backend", "d_model", "heads", "batch", "us/step", "us/sample", "steps/s", "GFLOP/s",
                   "% peak", "live pos", title=title)
     for r in rows:
+        if r.error is not None:
+            table.add_row(r.backend, str(r.d_model), str(r.n_heads), str(r.batch), f"failed: {r.error}")
+            continue
         table.add_row(r.backend, str(r.d_model), str(r.n_heads), str(r.batch), f"{r.us_per_step:,.1f}",
                       f"{r.us_per_sample:,.2f}", f"{r.steps_per_s:,.0f}", f"{r.gflops:.2f}", _pct(r.pct_peak),
                       f"{r.live_positions:.0f}")
@@ -329,7 +352,8 @@ def bench_cmd(
         float | None, typer.Option(help="also: best loss within this many seconds per size (the seed's bpc@1s)")
     ] = None,
     peak_gflops_: Annotated[
-        float | None, typer.Option("--peak-gflops", help="FP32 peak to compare against if no plugin measures it")
+        float | None, typer.Option("--peak-gflops", help="FP32 peak to compare against (default: measured by the "
+                                   "plugin of the best backend here)")
     ] = None,
     repeats: Annotated[int, typer.Option(help="timed repeats per cell (median reported)")] = 5,
     seconds: Annotated[float, typer.Option(help="timed seconds per cell")] = 0.3,
@@ -357,9 +381,9 @@ def bench_cmd(
     base = TrainConfig(data=str(data_path))
     names = read_names(data_path)
     train_set, val_set = split(encode(names.names)[0], base.val_fraction, base.seed)
-    measured = peak_gflops(registry)
-    peak = measured or peak_gflops_
-    peak_source = "measured by a plugin" if measured else ("--peak-gflops" if peak else None)
+    measured = None if peak_gflops_ else peak_gflops(registry)  # the user's figure wins over any plugin's
+    peak = peak_gflops_ or (measured.gflops if measured else None)
+    peak_source = "--peak-gflops" if peak_gflops_ else (f"measured by {measured.source}" if measured else None)
     console = _wide_console(stderr=as_json)
     console.print(f"timing {', '.join(e.name for e in entries)} at d_model {', '.join(map(str, sizes))} ...")
     timing = {"peak": peak, "repeats": repeats, "target_s": seconds}
@@ -379,6 +403,7 @@ def bench_cmd(
         payload = bench.as_json(speed=rows, batch_scaling=scaling, loss_at=losses, notes=notes,
                                 peak_gflops=peak, peak_source=peak_source, flops_formula=bench.__doc__)
         print(json.dumps(payload, indent=2))
+        _exit_if_failed([*rows, *scaling, *losses], console)
         return
     console.print(_speed_table("us/step at batch 16", rows))
     if scaling:
@@ -387,6 +412,9 @@ def bench_cmd(
         table = Table("backend", "d_model", "lr", "steps", "us/step", "train loss", "val loss",
                       title=f"loss within {loss_at:g} s (LR schedule spans the steps that fit)")
         for r in losses:
+            if r.error is not None:
+                table.add_row(r.backend, str(r.d_model), f"{r.lr:g}", f"failed: {r.error}")
+                continue
             val = f"{r.val_loss:.4f}" if r.val_loss is not None else "-"
             table.add_row(r.backend, str(r.d_model), f"{r.lr:g}", f"{r.steps:,}", f"{r.us_per_step:,.1f}",
                           f"{r.train_loss:.4f}", val)
@@ -395,6 +423,15 @@ def bench_cmd(
                   "FP32 peak: unknown (no plugin measures it here; pass --peak-gflops to get % of peak)")
     for note in notes:
         console.print(note, highlight=False)
+    _exit_if_failed([*rows, *scaling, *losses], console)
+
+
+def _exit_if_failed(rows: list[bench.BenchRow | bench.LossRow], console: Console) -> None:
+    """Every cell ran; a backend that failed on some makes the exit status 1 (its rows say why)."""
+    failed = sorted({r.backend for r in rows if r.error is not None})
+    if failed:
+        console.print(f"failed: {', '.join(failed)} (see the rows above)", highlight=False)
+        raise typer.Exit(1)
 
 
 @app.command("sweep")

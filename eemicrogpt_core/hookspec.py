@@ -29,4 +29,6 @@ def eemicrogpt_fp32_peak_gflops(seconds: float) -> float | None:
     """Optional: measure this core's single-thread FP32 FMA peak in GFLOP/s (used by `eemicrogpt bench`).
 
     A native plugin that ships a microbenchmark for the host ISA implements it; None means "cannot here".
+    The core asks only the plugin of the highest-scoring available backend (registry.peak_gflops), so no
+    other plugin can replace the figure "% of peak" is computed against.
     """

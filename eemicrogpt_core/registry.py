@@ -2,20 +2,26 @@
 
 Plugins come from the `eemicrogpt.backends` entry-point group (and, for tests, `extra_plugins`). Each entry point
 is loaded on its own inside try/except, as conda does: a plugin that fails to import, registers a bad hook,
-yields garbage or raises from its probe is recorded with its error and never breaks the others or the CLI.
+yields garbage (a spec of the wrong types) or whose probe raises or hangs (each probe runs with a deadline, see
+plugin_guard) is recorded with its error and never breaks the others or the CLI.
 Selection never falls back silently: an explicit choice that cannot run is an error saying why.
+
+Backend names are unique or explicit: when two distributions provide the same name, neither replaces the
+other (whatever the hook order or path order); both are listed, `auto` picks neither, and the user chooses
+one as `distribution:name` (e.g. `--backend eemicrogpt-backend-x86:avx512`, or in $EEMICROGPT_BACKEND).
 """
 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from importlib import metadata
 
 import pluggy
 
-from . import hookspec
+from . import hookspec, plugin_guard
 from .backend import BackendSpec, ProbeResult
 from .errors import BackendSelectionError
 from .model import ModelShape
@@ -36,6 +42,11 @@ class PluginFailure:
     error: str
 
 
+def normalize(name: str) -> str:
+    """Distribution names compare as pip compares them (PEP 503)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
 @dataclass
 class BackendEntry:
     name: str
@@ -43,7 +54,23 @@ class BackendEntry:
     distribution: str
     version: str
     probe: ProbeResult | None = None
-    error: str | None = None  # the probe raised: the backend is broken, not merely unavailable
+    error: str | None = None  # the probe raised, hung or the spec is malformed: broken, not merely unavailable
+    plugin: str = ""  # the registered plugin that yielded it: entry-point name, or `distribution:entry point`
+    also_provided_by: list[str] = field(default_factory=list)  # the other providers of this name
+    qualifier: str = ""  # what goes before ':' to pick this one: the distribution, or the plugin if that is shared
+
+    @property
+    def qualified_name(self) -> str:
+        return f"{self.qualifier or self.distribution}:{self.name}"
+
+    @property
+    def selector(self) -> str:
+        """What selects exactly this backend: its name, or its qualified name when the name is shared."""
+        return self.qualified_name if self.ambiguous else self.name
+
+    @property
+    def ambiguous(self) -> bool:
+        return bool(self.also_provided_by)
 
     @property
     def available(self) -> bool:
@@ -57,7 +84,20 @@ class BackendEntry:
     def status_reason(self) -> str:
         if self.error is not None:
             return f"broken: {self.error}"
-        return self.probe.reason if self.probe else ""
+        reason = self.probe.reason if self.probe else ""
+        if self.ambiguous:
+            clash = (f"duplicate name: also provided by {', '.join(self.also_provided_by)}; never picked by auto, "
+                     f"choose with --backend {self.qualified_name}")
+            return f"{clash} ({reason})" if reason else clash
+        return reason
+
+    def matches(self, requested: str) -> bool:
+        """`name`, or `distribution:name` / `plugin:name` (the qualified form resolves duplicates)."""
+        qualifier, _, name = requested.rpartition(":")
+        if name != self.name:
+            return False
+        known = {normalize(self.distribution), normalize(self.plugin), normalize(self.plugin.rpartition(":")[2])}
+        return not qualifier or normalize(qualifier) in known
 
 
 @dataclass
@@ -67,7 +107,16 @@ class BackendRegistry:
     plugin_manager: pluggy.PluginManager | None = None
 
     def get(self, name: str) -> BackendEntry | None:
-        return next((e for e in self.entries if e.name == name), None)
+        """The backend called `name` (or `distribution:name`); None if none is. Ambiguous names raise."""
+        found = [e for e in self.entries if e.matches(name)]
+        if len(found) > 1:
+            choices = ", ".join(e.qualified_name for e in found)
+            raise BackendSelectionError(
+                f"backend name '{name}' is provided by {len(found)} distributions "
+                f"({', '.join(f'{e.distribution} {e.version}'.strip() for e in found)}); choose one with "
+                f"--backend or $EEMICROGPT_BACKEND set to one of: {choices} (or uninstall one)"
+            )
+        return found[0] if found else None
 
     def available(self) -> list[BackendEntry]:
         return [e for e in self.entries if e.available]
@@ -80,7 +129,8 @@ class BackendRegistry:
         """The highest-scoring available backend that supports this configuration (score 0 never wins)."""
         candidates = [
             e for e in self.available()
-            if e.score > 0 and e.spec is not None and e.spec.unsupported_reason(shape, batch, dtype) is None
+            if e.score > 0 and not e.ambiguous and e.spec is not None
+            and e.spec.unsupported_reason(shape, batch, dtype) is None
         ]
         return max(candidates, key=lambda e: (e.score, e.name), default=None)
 
@@ -133,8 +183,7 @@ def _disabled_names() -> set[str]:
     return {name.strip() for name in os.environ.get(DISABLE_ENV, "").split(",") if name.strip()}
 
 
-def _describe(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"
+_describe = plugin_guard.describe
 
 
 def _new_plugin_manager() -> pluggy.PluginManager:
@@ -158,71 +207,92 @@ def _register(manager: pluggy.PluginManager, plugin: object, name: str) -> str |
 def _load_entry_points(
     manager: pluggy.PluginManager, failures: list[PluginFailure], origin: dict[str, tuple[str, str]]
 ) -> None:
+    """Load every entry point; two distributions using the same entry-point name are both loaded."""
     disabled = _disabled_names()
-    seen: dict[str, str] = {}
     for ep in metadata.entry_points(group=hookspec.ENTRY_POINT_GROUP):
         dist_name = ep.dist.name if ep.dist else "unknown"
         dist_version = ep.dist.version if ep.dist else ""
-        if ep.name in disabled:
+        if ep.name in disabled or f"{dist_name}:{ep.name}" in disabled:
             continue
-        if ep.name in seen:
-            failures.append(PluginFailure(
-                ep.name, dist_name, f"duplicate plugin name '{ep.name}', also provided by {seen[ep.name]}"
-            ))
-            continue
-        seen[ep.name] = dist_name
+        plugin_name = ep.name if manager.get_plugin(ep.name) is None else f"{dist_name}:{ep.name}"
         try:
             plugin = ep.load()
         except Exception as exc:
             failures.append(PluginFailure(ep.name, dist_name, f"import failed: {_describe(exc)}"))
             continue
-        error = _register(manager, plugin, ep.name)
+        error = _register(manager, plugin, plugin_name)
         if error:
             failures.append(PluginFailure(ep.name, dist_name, error))
             continue
-        origin[ep.name] = (dist_name, dist_version)
+        origin[plugin_name] = (dist_name, dist_version)
 
 
 def _collect_specs(
     manager: pluggy.PluginManager, failures: list[PluginFailure], origin: dict[str, tuple[str, str]]
 ) -> list[BackendEntry]:
-    """Call each plugin's hook separately so that one raising plugin cannot hide the others."""
+    """Call each plugin's hook separately (with a deadline) so that one bad plugin cannot hide the others."""
     disabled = _disabled_names()
-    entries: dict[str, BackendEntry] = {}
-    for impl in manager.hook.eemicrogpt_backends.get_hookimpls():
+    impls = manager.hook.eemicrogpt_backends.get_hookimpls()
+    outcomes = plugin_guard.call_all([lambda f=impl.function: list(f() or ()) for impl in impls])
+    entries: list[BackendEntry] = []
+    for impl, outcome in zip(impls, outcomes, strict=True):
         dist, version = origin.get(impl.plugin_name, (impl.plugin_name, ""))
-        try:
-            specs = list(impl.function() or ())
-        except Exception as exc:
-            failures.append(PluginFailure(impl.plugin_name, dist, f"eemicrogpt_backends() raised {_describe(exc)}"))
+        plugin = impl.plugin_name
+        yielded: set[str] = set()
+        if outcome.error is not None:
+            failures.append(PluginFailure(plugin, dist, f"eemicrogpt_backends() {outcome.error}"))
             continue
-        for spec in specs:
+        for spec in outcome.value:
             if not isinstance(spec, BackendSpec):
-                failures.append(PluginFailure(
-                    impl.plugin_name, dist, f"yielded {type(spec).__name__}, not a BackendSpec"
-                ))
+                failures.append(PluginFailure(plugin, dist, f"yielded {type(spec).__name__}, not a BackendSpec"))
                 continue
-            if spec.name in disabled:
+            bad_name = plugin_guard.name_problem(spec.name)
+            if bad_name is not None:  # no row can show it: a plugin failure
+                failures.append(PluginFailure(plugin, dist, bad_name))
                 continue
-            if spec.name in entries:
-                failures.append(PluginFailure(
-                    impl.plugin_name, dist,
-                    f"backend name '{spec.name}' is already provided by {entries[spec.name].distribution}",
-                ))
+            if spec.name in disabled or f"{dist}:{spec.name}" in disabled:
                 continue
-            entries[spec.name] = BackendEntry(spec.name, spec, dist, version)
-    return sorted(entries.values(), key=lambda e: e.name)
+            if spec.name in yielded:
+                failures.append(PluginFailure(plugin, dist, f"yielded backend '{spec.name}' twice"))
+                continue
+            yielded.add(spec.name)
+            entry = BackendEntry(spec.name, spec, dist, version, plugin=plugin)
+            problem = plugin_guard.spec_problem(spec)
+            if problem is not None:
+                entry.spec, entry.error = None, f"malformed BackendSpec: {problem}"
+            entries.append(entry)
+    _mark_duplicates(entries)
+    return sorted(entries, key=lambda e: (e.name, normalize(e.distribution)))
 
 
-def _probe(entry: BackendEntry) -> None:
-    assert entry.spec is not None
-    try:
-        result = entry.spec.probe()
-        if not isinstance(result, ProbeResult):
-            raise TypeError(f"probe returned {type(result).__name__}, not a ProbeResult")
-        entry.probe = result
-    except Exception as exc:
-        entry.error = f"probe raised {_describe(exc)}"
+def _mark_duplicates(entries: list[BackendEntry]) -> None:
+    """Every backend whose name another distribution (or plugin) also provides lists the others."""
+    by_name: dict[str, list[BackendEntry]] = {}
+    for entry in entries:
+        by_name.setdefault(entry.name, []).append(entry)
+    for same in by_name.values():
+        if len(same) < 2:
+            continue
+        shared_dist = len({normalize(e.distribution) for e in same}) < len(same)
+        for entry in same:
+            entry.qualifier = entry.plugin if shared_dist else entry.distribution
+            entry.also_provided_by = [
+                f"{e.distribution} {e.version}".strip() + (f" (plugin {e.plugin})" if shared_dist else "")
+                for e in same if e is not entry
+            ]
+
+
+def _probe_all(entries: list[BackendEntry]) -> None:
+    """Probe every backend at once, each with the plugin deadline: a hung probe is reported, not waited on."""
+    todo = [e for e in entries if e.spec is not None and e.error is None]
+    outcomes = plugin_guard.call_all([e.spec.probe for e in todo if e.spec is not None])
+    for entry, outcome in zip(todo, outcomes, strict=True):
+        if outcome.error is not None:
+            entry.error = f"probe {outcome.error}"
+        elif (problem := plugin_guard.probe_problem(outcome.value)) is not None:
+            entry.error = problem
+        else:
+            entry.probe = outcome.value
 
 
 def load_registry(*, entry_points: bool = True, extra_plugins: Iterable[object] = ()) -> BackendRegistry:
@@ -239,8 +309,7 @@ def load_registry(*, entry_points: bool = True, extra_plugins: Iterable[object] 
         else:
             origin[name] = ("(in-process)", "")
     entries = _collect_specs(manager, failures, origin)
-    for entry in entries:
-        _probe(entry)
+    _probe_all(entries)
     return BackendRegistry(entries, failures, manager)
 
 
@@ -260,11 +329,35 @@ def open_session(
     return ValidatedSession(inner, shape, max_batch, entry.name)
 
 
-def peak_gflops(registry: BackendRegistry, seconds: float = 0.3) -> float | None:
-    """This core's FP32 FMA peak as measured by a plugin's microbenchmark, or None if none can."""
+@dataclass(frozen=True)
+class Peak:
+    gflops: float
+    source: str  # who measured it
+
+
+def peak_gflops(registry: BackendRegistry, seconds: float = 0.3) -> Peak | None:
+    """This core's FP32 FMA peak, measured by the plugin of the best backend here, or None.
+
+    Only one plugin is asked: the one providing the highest-scoring available backend (the backend that
+    runs this host's ISA best, hence the one whose microbenchmark knows it). Another plugin implementing the
+    hook is ignored, so installing a plugin cannot change the "% of peak" of the others; the answer must be
+    a finite positive number, and the call has the plugin deadline.
+    """
     if registry.plugin_manager is None:
         return None
-    try:
-        return registry.plugin_manager.hook.eemicrogpt_fp32_peak_gflops(seconds=seconds)
-    except Exception:
+    candidates = [e for e in registry.available() if e.score > 0 and not e.ambiguous]
+    best = max(candidates, key=lambda e: (e.score, e.name), default=None)
+    if best is None:
         return None
+    impls = [
+        impl for impl in registry.plugin_manager.hook.eemicrogpt_fp32_peak_gflops.get_hookimpls()
+        if impl.plugin_name == best.plugin
+    ]
+    if not impls:
+        return None
+    impl = impls[0]
+    args = {"seconds": seconds}
+    outcome = plugin_guard.call(lambda: impl.function(*(args[a] for a in impl.argnames)))
+    if outcome.error is not None or outcome.value is None or plugin_guard.peak_value_problem(outcome.value):
+        return None
+    return Peak(float(outcome.value), f"{best.distribution} (plugin of {best.name})")

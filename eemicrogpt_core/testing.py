@@ -20,9 +20,14 @@ The checks, per d_model in `d_models` (n_heads from `heads_for`):
   determinism (bit-identical reruns); loss_and_grads leaves the state alone.
 Once per class: every entry of BAD_INPUTS is rejected with a BatchError by the validated session, state
 untouched.
+The session contract (docs/writing-a-backend.md), per d_model: calls of 1, 2 and 3 steps end in the same
+state as one call of 6 (every call applies all its updates, the last included: the trainer calls in chunks);
+what sessions return has the declared types, shapes and dtypes (state in `state_dtype`, losses float32) and
+is finite; an update that overflows the parameters makes the call raise rather than return non-finite state.
 
-An unavailable backend is skipped with its probe's reason, unless EEMICROGPT_REQUIRE_BACKENDS (a comma
-list of names, or `all`) names it: then that reason is a failure.
+A backend that is not installed is a failure, never a skip: the kit is run to test that backend. An
+installed backend this machine cannot run (its probe says why) is skipped with the probe's reason, unless
+EEMICROGPT_REQUIRE_BACKENDS (a comma list of names, or `all`) names it: then that reason is a failure too.
 """
 
 from __future__ import annotations
@@ -41,12 +46,13 @@ import pytest
 
 from .backend import TrainState
 from .datafile import find_names_file
-from .errors import BatchError
+from .errors import BackendSelectionError, BatchError
 from .model import BOUNDARY, MAX_SEQ, TENSOR_NAMES, VOCAB, ModelShape, init_params, views
 from .optim import lr_schedule
 from .registry import BackendEntry, BackendRegistry, load_registry, open_session
 
 REFERENCE = "numpy_ref"
+NONFINITE_STATUS = 4  # EMG_ERR_NONFINITE in include/eemicrogpt.h
 REQUIRE_ENV = "EEMICROGPT_REQUIRE_BACKENDS"
 
 # numpy_ref results keyed by everything they depend on; the same inputs recur across test classes.
@@ -178,12 +184,18 @@ def _unusable(name: str, reason: str) -> None:
 
 def _entry(name: str, extra_plugins: tuple[object, ...]) -> BackendEntry:
     registry = _registry(extra_plugins)
-    entry = registry.get(name)
+    try:
+        entry = registry.get(name)
+    except BackendSelectionError as exc:  # two distributions provide the name: say which to test
+        pytest.fail(f"{exc}; set backend_name to the qualified name", pytrace=False)
     if entry is None:
         failures = [f for f in registry.failures if f.plugin == name]
         reason = failures[0].error if failures else "no installed plugin registers it"
-        _unusable(name, f"not installed ({reason})")
-    elif not entry.available:
+        pytest.fail(
+            f"{name} is not installed ({reason}): install its package (e.g. `pip install -e <its directory>`) "
+            "before running its conformance tests", pytrace=False,
+        )
+    if not entry.available:
         _unusable(name, entry.status_reason)
     return entry
 
@@ -278,6 +290,8 @@ class BackendConformance:
     trajectory_windows: ClassVar[int] = 4  # spread evenly over the run, the first at step 0
     trajectory_window_steps: ClassVar[int] = 10
     adam_lr: ClassVar[float] = 0.01
+    state_dtype: ClassVar[str] = "float32"  # the dtype of get_state()'s arrays (the checkpoint's)
+    chunk_sizes: ClassVar[tuple[int, ...]] = (1, 2, 3)  # test_chunked_calls_match_one_call: the calls
     names_file: ClassVar[str | None] = None
     # In-process plugins registered next to the installed ones (for testing a backend before packaging).
     extra_plugins: ClassVar[tuple[object, ...]] = ()
@@ -557,3 +571,89 @@ class BackendConformance:
         assert str(info.value).strip(), "the error needs a message"
         np.testing.assert_array_equal(after.params, state.params)
         assert after.step == 0
+
+    # -- the session contract beyond the maths (docs/writing-a-backend.md) --
+    def test_chunked_calls_match_one_call(self, d_model: int) -> None:
+        """Calls of chunk_sizes steps end where one call of their sum does: no call skips its last update."""
+        chunks = self.chunk_sizes
+        n = sum(chunks)
+        tokens, lengths = make_batches(self.names(), n, self.batch, self.seed + 4)
+        lrs = np.full(n, self.adam_lr, np.float32)  # constant: a schedule would make the last update tiny
+        start = TrainState.fresh(init_params(self.shape(d_model), self.seed))
+        with self.open(d_model) as session:
+            session.set_state(start)
+            whole = session.train_steps(tokens, lengths, lrs)
+            one_call = session.get_state()
+        pieces, done = [], 0
+        with self.open(d_model) as session:
+            session.set_state(start)
+            for k in chunks:
+                part = slice(done, done + k)
+                pieces.append(session.train_steps(tokens[part], lengths[part], lrs[part]))
+                done += k
+                counted = int(session.get_state().step)
+                assert counted == done, f"after a call of {k} steps the state says step {counted}, not {done}"
+            chunked = session.get_state()
+        loss_diff = float(np.max(np.abs(np.concatenate(pieces).astype(np.float64) - whole)))
+        param_diff = float(np.max(np.abs(chunked.params.astype(np.float64) - one_call.params))) / self.adam_lr
+        print(f"d{d_model}: calls of {chunks} vs one call of {n}: largest loss difference {loss_diff:.2e}, "
+              f"largest parameter difference {param_diff:.2e} x lr")
+        assert int(one_call.step) == n
+        assert loss_diff <= self.tol("trajectory_early"), "the losses depend on how the steps are split into calls"
+        assert param_diff <= self.tol("adam_param"), "the parameters depend on how the steps are split into calls"
+
+    def test_session_returns_declared_types(self, d_model: int) -> None:
+        """losses float32 [n]; state arrays `state_dtype` [n_params] and a non-negative int step; all finite."""
+        shape = self.shape(d_model)
+        tokens, lengths = make_batches(self.names(), 2, self.batch, self.seed + 6)
+        lrs = np.full(2, self.adam_lr, np.float32)
+        with self.open(d_model) as session:
+            session.set_state(TrainState.fresh(init_params(shape, self.seed)))
+            losses = session.train_steps(tokens, lengths, lrs)
+            state = session.get_state()
+            loss, grads = session.loss_and_grads(tokens[0], lengths[0])
+            loss_only, none = session.loss_and_grads(tokens[0], lengths[0], want_grads=False)
+        assert isinstance(losses, np.ndarray), f"train_steps returned {type(losses).__name__}, not an ndarray"
+        assert losses.dtype == np.float32 and losses.shape == (2,), f"losses are {losses.dtype} {losses.shape}"
+        assert np.all(np.isfinite(losses))
+        assert isinstance(state, TrainState), f"get_state returned {type(state).__name__}, not a TrainState"
+        for name in ("params", "adam_m", "adam_v"):
+            array = getattr(state, name)
+            assert isinstance(array, np.ndarray), f"state.{name} is {type(array).__name__}"
+            assert array.dtype == np.dtype(self.state_dtype), f"state.{name} is {array.dtype}, not {self.state_dtype}"
+            assert array.shape == (shape.n_params,), f"state.{name} has shape {array.shape}"
+            assert np.all(np.isfinite(array)), f"state.{name} holds non-finite values"
+        assert isinstance(state.step, (int, np.integer)) and not isinstance(state.step, bool)
+        assert state.step == 2
+        assert isinstance(loss, (float, np.floating)) and np.isfinite(loss), f"loss is {loss!r}"
+        assert isinstance(loss_only, (float, np.floating)) and loss_only == loss
+        assert none is None
+        assert isinstance(grads, np.ndarray) and grads.shape == (shape.n_params,)
+        assert grads.dtype == np.dtype(self.state_dtype) and np.all(np.isfinite(grads))
+
+    def test_non_finite_update_raises(self, d_model: int) -> None:
+        """An update that overflows the parameters must raise, not return and leave them non-finite.
+
+        The loss of the step (computed before its update) is finite; the Adam moment m is near the float32
+        maximum and v is 0, so lr * m / (sqrt(v) + eps) overflows wherever the gradient is small.
+        """
+        params = init_params(self.shape(d_model), self.seed)
+        n = params.size
+        state = TrainState(params, np.full(n, 3e38, np.float32), np.zeros(n, np.float32), 1000)
+        tokens, lengths = make_batches(self.names(), 1, self.batch, self.seed + 5)
+        with self.open(d_model) as session:
+            session.set_state(state)
+            try:
+                session.train_steps(tokens, lengths, np.array([self.adam_lr], np.float32))
+            except Exception as exc:
+                # FloatingPointError from Python; a native status EMG_ERR_NONFINITE (4) however the core wraps it.
+                if not (isinstance(exc, FloatingPointError) or getattr(exc, "status", None) == NONFINITE_STATUS):
+                    raise
+                print(f"d{d_model}: refused as required: {type(exc).__name__}: {exc}")
+                return
+            after = session.get_state()
+        bad = [name for name in ("params", "adam_m", "adam_v") if not np.all(np.isfinite(getattr(after, name)))]
+        assert not bad, (
+            f"train_steps returned normally but left non-finite {', '.join(bad)}; it must raise "
+            "(FloatingPointError in Python, EMG_ERR_NONFINITE from native code)"
+        )

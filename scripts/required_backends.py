@@ -3,7 +3,7 @@
 A backend is required when the CPU and OS can run it, as its own probe's CPU readers say (CPUID/XGETBV
 for x86, getauxval/sysctl for ARM). The conformance kit then fails, instead of skipping, a required
 backend that is unavailable for any other reason: a library that did not build or load, a missing
-package. Portable backends (numpy_ref, the C example) are always required. The reasons go to stderr.
+package. Portable backends (numpy_ref, the C and Python examples) are always required. The reasons go to stderr.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from eemicrogpt_core.cpu_features import ARM_MACHINES, machine
 
 X86_MACHINES = ("x86_64", "amd64")
-PORTABLE = ("numpy_ref", "example_c")
+PORTABLE = ("numpy_ref", "example_c", "example_py")
 
 
 def _module(name: str, package: str):

@@ -13,15 +13,18 @@ section() { echo; echo "== $* ($(date -u +%H:%M:%S))"; }
 section "ruff"
 ruff check .
 
-section "example third-party backend (built against eemicrogpt.h alone)"
-python -m pip install -q --disable-pip-version-check ./examples/minimal_native_backend
+section "example third-party backends (C built against eemicrogpt.h alone; Python)"
+python -m pip install -q --disable-pip-version-check ./examples/minimal_native_backend ./examples/minimal_python_backend
 
-section "pytest: core, numpy_ref, the native backends this CPU runs, the example backend"
+section "pytest: core, numpy_ref, the native backends this CPU runs, the example backends"
 # Every backend this CPU can run must run: the kit fails (not skips) a required backend that is unavailable.
 EEMICROGPT_REQUIRE_BACKENDS=$(python scripts/required_backends.py)
 export EEMICROGPT_REQUIRE_BACKENDS
 echo "backends required on this CPU: $EEMICROGPT_REQUIRE_BACKENDS"
-pytest -q tests backends/*/tests examples/minimal_native_backend/tests
+pytest -q tests backends/*/tests examples/*/tests
+
+section "wheels: core and every backend built, installed from the wheelhouse alone into a clean venv, CLI run"
+bash scripts/wheels.sh
 
 section "x86 backend under AddressSanitizer + UndefinedBehaviorSanitizer"
 PYTHON=python bash backends/x86/tests/run_sanitized.sh

@@ -63,7 +63,7 @@ def test_bench_cli_json(names_file: Path) -> None:
     assert [r["batch"] for r in report["batch_scaling"]] == [1, 16, 64, 256]
     (loss,) = report["loss_at"]
     assert loss["steps"] > 10 and loss["seconds"] == 0.2 and loss["train_loss"] < 3.296
-    assert report["peak_gflops"] == 115 or report["peak_source"] == "measured by a plugin"
+    assert report["peak_gflops"] == 115 and report["peak_source"] == "--peak-gflops"  # the user's figure wins
     assert report["speed"][0]["pct_peak"] is not None
 
 

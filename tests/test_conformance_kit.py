@@ -84,9 +84,55 @@ class Aliased(NumpySession):
         return TrainState(self._params, self._m, self._v, self._step)
 
 
+class SkipsLastUpdate(NumpySession):
+    """Computes every loss of a call but not the last Adam update (the step counter still says it did)."""
+
+    def train_steps(self, tokens, lengths, lrs):
+        n = len(lrs)
+        losses = np.empty(n, np.float32)
+        if n > 1:
+            losses[:-1] = super().train_steps(tokens[:-1], lengths[:-1], lrs[:-1])
+        losses[-1], _ = self.loss_and_grads(tokens[-1], lengths[-1], want_grads=False)
+        self._step += 1
+        return losses
+
+
+class Float64State(NumpySession):
+    """Hands out its state as float64 arrays."""
+
+    def get_state(self) -> TrainState:
+        state = super().get_state()
+        return TrainState(*(a.astype(np.float64) for a in (state.params, state.adam_m, state.adam_v)), state.step)
+
+
+class KeepsNonFinite(NumpySession):
+    """Returns normally from a call whose update overflowed the parameters."""
+
+    def _check_finite(self) -> None:
+        pass
+
+
+class VagueRefusal(NumpySession):
+    """Refuses an overflowing update with an unrelated exception type instead of FloatingPointError."""
+
+    def _check_finite(self) -> None:
+        try:
+            super()._check_finite()
+        except FloatingPointError as exc:
+            raise ValueError("something went wrong") from exc
+
+
+class ListLosses(NumpySession):
+    """Returns the losses as a Python list."""
+
+    def train_steps(self, tokens, lengths, lrs):
+        return super().train_steps(tokens, lengths, lrs).tolist()
+
+
 MUTANTS = {
     cls.__name__.lower(): cls
-    for cls in (GradientOff, OffByOne, LrOff, StepOff, LrShift, Noisy, Leaky, Aliased)
+    for cls in (GradientOff, OffByOne, LrOff, StepOff, LrShift, Noisy, Leaky, Aliased, SkipsLastUpdate,
+                Float64State, KeepsNonFinite, VagueRefusal, ListLosses)
 }
 
 
@@ -119,6 +165,10 @@ def kit(name: str, **attributes: object) -> BackendConformance:
         ("noisy", "test_determinism"),
         ("leaky", "test_loss_and_grads_leaves_state_unchanged"),
         ("aliased", "test_state_round_trip"),
+        ("skipslastupdate", "test_chunked_calls_match_one_call"),
+        ("float64state", "test_session_returns_declared_types"),
+        ("keepsnonfinite", "test_non_finite_update_raises"),
+        ("listlosses", "test_session_returns_declared_types"),
     ],
 )
 def test_kit_fails_a_broken_backend(mutant: str, check: str) -> None:
@@ -126,10 +176,32 @@ def test_kit_fails_a_broken_backend(mutant: str, check: str) -> None:
         getattr(kit(mutant), check)(16)
 
 
-@pytest.mark.parametrize("mutant", ["gradientoff", "lroff", "stepoff", "lrshift", "noisy", "leaky", "aliased"])
+@pytest.mark.parametrize("mutant", ["gradientoff", "lroff", "stepoff", "lrshift", "noisy", "leaky", "aliased",
+                                    "skipslastupdate", "float64state", "keepsnonfinite", "listlosses"])
 def test_kit_passes_what_each_mutant_does_not_break(mutant: str) -> None:
     # Each mutant breaks one property; the loss check must still pass for those that keep the loss right.
     kit(mutant).test_loss_matches_reference(16)
+
+
+@pytest.mark.parametrize(
+    "check", ["test_chunked_calls_match_one_call", "test_session_returns_declared_types",
+              "test_non_finite_update_raises"],
+)
+def test_new_contract_checks_pass_on_numpy_ref(check: str) -> None:
+    # The mutants above fail these; the reference they were derived from passes them.
+    getattr(kit("numpy_ref"), check)(16)
+
+
+def test_non_finite_refusal_must_say_so() -> None:
+    # Raising is not enough: the error must be the non-finite one, or a real bug would pass as a refusal.
+    with pytest.raises(ValueError, match="something went wrong"):
+        kit("vaguerefusal").test_non_finite_update_raises(16)
+
+
+def test_float64_sessions_declare_their_state_dtype() -> None:
+    kit("numpy_ref", dtype="float64", state_dtype="float64").test_session_returns_declared_types(16)
+    with pytest.raises(AssertionError, match="not float32"):
+        kit("numpy_ref", dtype="float64").test_session_returns_declared_types(16)
 
 
 def test_unavailable_backend_is_skipped_with_its_probe_reason(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -145,13 +217,27 @@ def test_required_backend_that_is_unavailable_fails(monkeypatch: pytest.MonkeyPa
         kit("unicorn").test_state_round_trip(16)
 
 
-def test_uninstalled_backend_is_skipped_or_required(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(REQUIRE_ENV, raising=False)
-    with pytest.raises(pytest.skip.Exception, match="not installed"):
+@pytest.mark.parametrize("required", ["", "no_such_backend"])
+def test_uninstalled_backend_fails_never_skips(monkeypatch: pytest.MonkeyPatch, required: str) -> None:
+    monkeypatch.setenv(REQUIRE_ENV, required)
+    with pytest.raises(pytest.fail.Exception, match=r"no_such_backend is not installed .* install its package"):
         kit("no_such_backend").test_state_round_trip(16)
-    monkeypatch.setenv(REQUIRE_ENV, "no_such_backend")
-    with pytest.raises(pytest.fail.Exception, match="not installed"):
-        kit("no_such_backend").test_state_round_trip(16)
+
+
+def test_uninstalled_backend_makes_the_run_fail(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        from eemicrogpt_core.testing import BackendConformance
+
+        class TestMissing(BackendConformance):
+            backend_name = "no_such_backend"
+            d_models = (16,)
+        """
+    )
+    result = pytester.runpytest_inprocess("-q", "-k", "round_trip")
+    result.assert_outcomes(errors=1)
+    assert result.ret != 0
+    result.stdout.fnmatch_lines(["*no_such_backend is not installed*"])
 
 
 def test_unsupported_size_is_skipped_with_the_reason(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -128,12 +128,6 @@ def test_broken_plugins_are_reported_and_others_keep_working():
         reg.select("flaky", SHAPE, 16)
 
 
-def test_duplicate_backend_names_are_reported():
-    reg = _registry(_plugin("one", _spec("same")), _plugin("two", _spec("same")))
-    assert len(reg.entries) == 1
-    assert any("already provided" in f.error for f in reg.failures)
-
-
 def _fake_distribution(tmp_path, name: str, entry_points: str) -> None:
     info = tmp_path / f"{name}-1.0.dist-info"
     info.mkdir()

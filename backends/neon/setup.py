@@ -13,6 +13,9 @@ from pathlib import Path
 
 from setuptools import Extension, setup
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # backends/lockstep.py: version and core pin
+from lockstep import lockstep
+
 HERE = Path(__file__).resolve().parent
 
 
@@ -45,4 +48,4 @@ def extensions() -> list[Extension]:
     ]
 
 
-setup(ext_modules=extensions())
+setup(ext_modules=extensions(), **lockstep())

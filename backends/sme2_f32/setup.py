@@ -9,10 +9,14 @@ from pathlib import Path
 
 from setuptools import setup
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # backends/lockstep.py: version and core pin
+from lockstep import lockstep
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "sme2_common"))
+METADATA = lockstep("numpy>=1.24", "cffi>=1.15")
 try:
     from sme2_setup import sme2_setup_kwargs
 except ImportError:
-    setup()
+    setup(**METADATA)
 else:
-    setup(**sme2_setup_kwargs("eemicrogpt_backend_sme2._emg_sme2", f16=False))
+    setup(**sme2_setup_kwargs("eemicrogpt_backend_sme2._emg_sme2", f16=False), **METADATA)

@@ -8,10 +8,14 @@ from __future__ import annotations
 
 import os
 import platform
+import sys
 from pathlib import Path
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # backends/lockstep.py: version and core pin
+from lockstep import lockstep
 
 HERE = Path(__file__).resolve().parent
 INCLUDE = os.environ.get("EEMICROGPT_INCLUDE", str(HERE.parent.parent / "eemicrogpt_core" / "include"))
@@ -61,4 +65,4 @@ def extensions() -> list[Extension]:
     return exts
 
 
-setup(ext_modules=extensions(), cmdclass={"build_ext": BuildPerExtensionTemp})
+setup(ext_modules=extensions(), cmdclass={"build_ext": BuildPerExtensionTemp}, **lockstep("numpy>=1.24", "cffi>=1.15"))

@@ -20,16 +20,18 @@ copy_tree() { # copy_tree FROM TO [paths...]: the given paths (default: all) wit
 
 core_paths=(pyproject.toml eemicrogpt_core)
 for f in README.md setup.py LICENSE; do [[ -e "$REPO/$f" ]] && core_paths+=("$f"); done
-copy_tree "$REPO" "$src/core" "${core_paths[@]}"
-projects=("$src/core")
+# The repository's layout is kept: each backend's setup.py reads ../lockstep.py (its version and core pin).
+copy_tree "$REPO" "$src" "${core_paths[@]}"
+copy_tree "$REPO/backends" "$src/backends" lockstep.py
+projects=("$src")
 for dir in $(lane_backends); do
   name=$(basename "$dir")
-  copy_tree "$dir" "$src/$name"
-  projects+=("$src/$name")
+  copy_tree "$dir" "$src/backends/$name"
+  projects+=("$src/backends/$name")
 done
 [[ -d "$REPO/backends/numpy_ref" ]] || die "backends/numpy_ref is missing: the conformance kit needs it"
-copy_tree "$REPO/backends/numpy_ref" "$src/numpy_ref"
-projects+=("$src/numpy_ref")
+copy_tree "$REPO/backends/numpy_ref" "$src/backends/numpy_ref"
+projects+=("$src/backends/numpy_ref")
 
 "$HOST_PY" -m pip install -q --no-deps --no-build-isolation --no-compile --target "$SITE" "${projects[@]}" \
   2>&1 | grep -v -e 'Running pip as the .root. user' -e 'pypi-more' || true

@@ -50,11 +50,19 @@ class NumpySession:
 
     def train_steps(self, tokens: np.ndarray, lengths: np.ndarray, lrs: np.ndarray) -> np.ndarray:
         losses = np.empty(len(lrs), np.float32)
-        for i in range(len(lrs)):
-            batch = prepare_batch(tokens[i], lengths[i])
-            losses[i] = train_step(self._model, self._adam, batch, self._m, self._v, self._step + 1, lrs[i])
-            self._step += 1
+        with np.errstate(over="ignore", invalid="ignore"):  # an overflow is reported by _check_finite instead
+            for i in range(len(lrs)):
+                batch = prepare_batch(tokens[i], lengths[i])
+                losses[i] = train_step(self._model, self._adam, batch, self._m, self._v, self._step + 1, lrs[i])
+                self._step += 1
+        self._check_finite()
         return losses
+
+    def _check_finite(self) -> None:
+        """The session contract: a call never ends with non-finite state (it raises instead)."""
+        for name, array in (("parameters", self._params), ("Adam m", self._m), ("Adam v", self._v)):
+            if not np.all(np.isfinite(array)):
+                raise FloatingPointError(f"non-finite {name} after update {self._step}")
 
     def loss_and_grads(
         self, tokens: np.ndarray, lengths: np.ndarray, want_grads: bool = True

@@ -1,0 +1,1 @@
+"""example_py: a minimal third-party eemicrogpt backend in Python (numpy)."""

@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Packages as users install them. Builds a wheel of the core and of every backend and example backend
+# (`python -m build --wheel`) into a wheelhouse, adds the third-party runtime dependencies, then installs
+# from that wheelhouse ALONE (`--no-index`: no index, and no other find-links, can supply a package) into a
+# clean virtualenv and runs the CLI from outside the checkout: --version, backends, a short train on real
+# names, sample. Checks on the way: a backend installed alone pulls the core from the wheelhouse, at the
+# version it pins; ARM backends built here are pure-Python wheels; the x86 wheel carries its libraries.
+#
+# Usage: bash scripts/wheels.sh      (PYTHON: the interpreter with `build`, default python; KEEP=1 keeps
+# the work directory). The names file: $EEMICROGPT_DATA, else ../shared/data/names.txt from the repo root.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+REPO=$PWD
+PY=${PYTHON:-python}
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/eemicrogpt-wheels.XXXXXX")
+[ "${KEEP:-0}" = 1 ] && echo "work directory: $WORK" || trap 'rm -rf "$WORK"' EXIT
+HOUSE=$WORK/wheelhouse
+fail() { echo "wheels.sh: $*" >&2; exit 1; }
+DATA=${EEMICROGPT_DATA:-$REPO/../shared/data/names.txt}
+[ -f "$DATA" ] || fail "no names file at $DATA: set EEMICROGPT_DATA"
+DATA=$(cd "$(dirname "$DATA")" && pwd)/$(basename "$DATA")
+
+echo "== building wheels into $HOUSE"
+projects=(.)
+for dir in backends/*/ examples/*/; do
+  [ -f "$dir/pyproject.toml" ] && projects+=("${dir%/}")
+done
+for project in "${projects[@]}"; do
+  # Isolated builds (setuptools from the index); in-tree build/ and *.egg-info are git-ignored leftovers.
+  "$PY" -m build --wheel --outdir "$HOUSE" "$project" >"$WORK/build.log" 2>&1 \
+    || { cat "$WORK/build.log"; fail "building $project failed"; }
+  echo "  $project"
+done
+ls "$HOUSE"
+
+echo "== checking the wheels' platform tags"
+for pure in eemicrogpt_backend_neon eemicrogpt_backend_sme2 eemicrogpt_backend_sme2_f16; do
+  if [ "$(uname -m)" = x86_64 ]; then
+    ls "$HOUSE"/"$pure"-*-py3-none-any.whl >/dev/null 2>&1 \
+      || fail "$pure: expected a pure-Python wheel on x86_64 (the backend reports itself unavailable here)"
+  fi
+done
+if [ "$(uname -m)" = x86_64 ]; then
+  x86_wheel=$(ls "$HOUSE"/eemicrogpt_backend_x86-*-linux_x86_64.whl 2>/dev/null) \
+    || fail "eemicrogpt_backend_x86: expected a linux_x86_64 wheel"
+  listing=$("$PY" -m zipfile -l "$x86_wheel")
+  for lib in _emg_avx512 _emg_avx2 _emg_probe; do
+    grep -q "eemicrogpt_backend_x86/$lib" <<<"$listing" || fail "$x86_wheel lacks $lib"
+  done
+fi
+
+echo "== adding the core's third-party dependencies (never eemicrogpt itself) to the wheelhouse"
+core_wheel=$(ls "$HOUSE"/eemicrogpt-*.whl)
+"$PY" -m pip download -q --disable-pip-version-check --only-binary=:all: --dest "$HOUSE" "$core_wheel" \
+  2>&1 | grep -v -e 'pypi-more' || true
+
+echo "== clean virtualenv, installing from the wheelhouse only"
+"$PY" -m venv "$WORK/venv"
+# PIP_CONFIG_FILE=/dev/null: this machine's pip config (extra index, find-links) plays no part either.
+VPIP=(env PIP_CONFIG_FILE=/dev/null "$WORK/venv/bin/python" -m pip install -q --disable-pip-version-check --no-index --find-links "$HOUSE")
+"${VPIP[@]}" eemicrogpt-backend-x86 2>&1 | grep -v -e 'pypi-more' || true
+core_version=$("$PY" -c "import ast,sys; print(ast.literal_eval(open('eemicrogpt_core/_version.py').read().split('=')[1].strip()))")
+got=$("$WORK/venv/bin/python" -c "from importlib.metadata import version; print(version('eemicrogpt'))") \
+  || fail "installing eemicrogpt-backend-x86 alone did not install the core"
+[ "$got" = "$core_version" ] || fail "the core installed with the x86 backend is $got, not $core_version"
+"${VPIP[@]}" eemicrogpt-backend-numpy eemicrogpt-backend-neon eemicrogpt-backend-sme2 eemicrogpt-backend-sme2-f16 \
+  eemicrogpt-backend-example-c eemicrogpt-backend-example-py 2>&1 | grep -v -e 'pypi-more' || true
+"$WORK/venv/bin/python" -m pip check --disable-pip-version-check
+
+echo "== the CLI from the virtualenv (run outside the checkout, so nothing is imported from it)"
+cd "$WORK"
+EMG=$WORK/venv/bin/eemicrogpt
+where=$("$WORK/venv/bin/python" -c "import eemicrogpt_core; print(eemicrogpt_core.__file__)")
+[[ $where == "$WORK/venv/"* ]] || fail "eemicrogpt_core imported from $where, not from the virtualenv"
+"$EMG" --version | tee "$WORK/version.txt"
+for dist in eemicrogpt-backend-x86 eemicrogpt-backend-numpy eemicrogpt-backend-neon eemicrogpt-backend-sme2 \
+  eemicrogpt-backend-sme2-f16 eemicrogpt-backend-example-c eemicrogpt-backend-example-py; do
+  grep -q "^  $dist " "$WORK/version.txt" || fail "--version does not list $dist"
+done
+head -1 "$WORK/version.txt" | grep -qx "eemicrogpt $core_version" || fail "--version does not start with the core"
+"$EMG" backends
+"$EMG" backends --json >"$WORK/backends.json"
+"$WORK/venv/bin/python" - "$WORK/backends.json" <<'EOF'
+import json, platform, sys
+report = json.load(open(sys.argv[1]))
+rows = {b["name"]: b for b in report["backends"]}
+missing = {"numpy_ref", "avx512", "avx2", "neon", "sme2_f32", "sme2_f16", "example_c", "example_py"} - set(rows)
+assert not missing, f"backends missing from the wheel install: {missing}"
+assert not report["plugin_failures"], report["plugin_failures"]
+assert rows["numpy_ref"]["available"] and rows["example_c"]["available"], rows
+if platform.machine() == "x86_64":  # the ARM wheels here are pure Python: installed, and say why they cannot run
+    for name in ("neon", "sme2_f32", "sme2_f16"):
+        assert not rows[name]["available"] and "aarch64" in rows[name]["reason"], rows[name]
+EOF
+"$EMG" train --steps 60 --log-every 30 --data "$DATA" --out "$WORK/run"
+"$EMG" sample "$WORK/run" -n 5 | tee "$WORK/samples.txt"
+[ "$(grep -c . "$WORK/samples.txt")" = 5 ] || fail "sample did not print 5 names"
+echo "== wheels: built, installed from the wheelhouse alone and run"
