@@ -12,6 +12,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -124,7 +125,9 @@ def test_divergence_keeps_the_last_good_checkpoint(run_copy: Path, names_file: P
     before = (run_copy / "checkpoint.npz").read_bytes()
     result = run("train", "--resume", str(run_copy), "--data", str(names_file))
     kept = f"the last good checkpoint (step 100) is kept in {run_copy}"
-    assert_one_line_error(result, "diverged", "at step 103", kept)
+    # Step 102 where the backend checks its parameters after each update, 103 where only the loss shows it.
+    line = assert_one_line_error(result, "diverged", kept)
+    assert re.search(r"at step 10[23]\b", line), line
     assert (run_copy / "checkpoint.npz").read_bytes() == before
 
 
