@@ -92,6 +92,12 @@ typedef struct emg_backend {
     void (*adam)(emg_session *s, float lr);
 } emg_backend;
 
+/* The backend's hooks: defined once by the backend, read only by the layer (never exported). */
+#if defined(__GNUC__) || defined(__clang__)
+__attribute__((visibility("hidden")))
+#endif
+extern const emg_backend emg_this_backend;
+
 #endif /* EMG_BACKEND_H */
 
 /* The exported ABI, once per library: see the top of this file. */
@@ -100,13 +106,9 @@ typedef struct emg_backend {
 
 #if defined(__GNUC__) || defined(__clang__)
 #define EMG_API __attribute__((visibility("default")))
-#define EMG_INTERNAL __attribute__((visibility("hidden")))
 #else
 #define EMG_API
-#define EMG_INTERNAL
 #endif
-
-EMG_INTERNAL extern const emg_backend emg_this_backend;
 
 static int emg_all_finite_(const float *x, long n) {
     uint32_t worst = 0; /* the largest magnitude's bits: a max-reduction the compiler vectorises */
