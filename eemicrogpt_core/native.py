@@ -19,8 +19,6 @@ import numpy as np
 from .backend import BackendSession, SessionFactory, TrainState
 from .model import MAX_SEQ, ModelShape
 
-ABI_VERSION = 1
-
 _STATUS_MESSAGES = {
     1: "invalid argument",
     2: "unsupported shape or CPU",
@@ -43,8 +41,25 @@ def get_include() -> str:
 
 
 @functools.cache
+def header_text() -> str:
+    return (Path(get_include()) / "eemicrogpt.h").read_text()
+
+
+def header_constant(name: str) -> int:
+    """The integer value of `#define name <int>` in eemicrogpt.h (the C side's constants, read not copied)."""
+    match = re.search(rf"^#define {re.escape(name)} (-?\d+)\b", header_text(), re.M)
+    if match is None:
+        raise RuntimeError(f"eemicrogpt.h does not define {name}")
+    return int(match.group(1))
+
+
+ABI_VERSION = header_constant("EMG_ABI_VERSION")
+MAX_BATCH = header_constant("EMG_MAX_BATCH")  # the largest max_batch any native session accepts
+
+
+@functools.cache
 def _ffi() -> cffi.FFI:
-    header = (Path(get_include()) / "eemicrogpt.h").read_text()
+    header = header_text()
     match = re.search(r"/\* CDEF-BEGIN \*/(.*?)/\* CDEF-END \*/", header, re.S)
     if match is None:
         raise RuntimeError("eemicrogpt.h lacks its CDEF-BEGIN/CDEF-END block")
