@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import re
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 
@@ -196,6 +197,20 @@ def find_library(package_dir: str | Path, stem: str) -> Path | None:
 
 def supports(library_path: str, shape: ModelShape) -> bool:
     return bool(load_library(library_path).emg_supports(shape.d_model, shape.n_heads))
+
+
+def library_supports(locate: Callable[[], str | Path | None]) -> Callable[[ModelShape], bool]:
+    """A BackendSpec.supports that asks the library (emg_supports): the shapes are declared only by its kernels.
+
+    `locate` returns the library's path, or None when it was not built (then nothing is supported; the probe
+    says why). The registry asks only available backends, so the library is one this CPU can load.
+    """
+
+    def check(shape: ModelShape) -> bool:
+        path = locate()
+        return path is not None and supports(str(path), shape)
+
+    return check
 
 
 def native_session_factory(library_path: str | Path) -> SessionFactory:
