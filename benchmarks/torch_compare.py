@@ -28,7 +28,7 @@ import numpy as np  # noqa: E402
 
 from eemicrogpt_core.backend import TrainState  # noqa: E402
 from eemicrogpt_core.data import BatchSampler, encode, read_names  # noqa: E402
-from eemicrogpt_core.model import MAX_SEQ, RMS_EPS, VOCAB, ModelShape, init_params, views  # noqa: E402
+from eemicrogpt_core.model import MAX_SEQ, RMS_EPS, VOCAB, ModelShape, default_heads, init_params, views  # noqa: E402
 from eemicrogpt_core.optim import ADAM_BETA1, ADAM_BETA2, ADAM_EPS, lr_schedule  # noqa: E402
 from eemicrogpt_core.registry import load_registry, open_session  # noqa: E402
 
@@ -164,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     data, _ = encode(read_names(args.names, drop_invalid=True).names)
     results = []
     for d in args.sizes:
-        shape = ModelShape(d, 4)
+        shape = ModelShape(d, default_heads(d))  # the heads `eemicrogpt bench` uses (8 at d128)
         steps = STEPS_PER_ROUND.get(d, 4) * args.rounds
         batches = BatchSampler(data, args.batch, seed=1234, stream=7).sample(steps)
         lrs = lr_schedule(1, steps, steps, 0.003)

@@ -80,6 +80,9 @@ class BackendSpec:
     factory: SessionFactory
     d_models: tuple[int, ...] | None = None  # None: any shape ModelShape accepts
     n_heads: tuple[int, ...] | None = None  # None: any
+    # Asked after d_models/n_heads, only for an available backend: native backends pass
+    # native.library_supports(...), so their shapes are declared once, by the kernels in C.
+    supports: Callable[[ModelShape], bool] | None = field(default=None, compare=False, hash=False)
     dtypes: tuple[str, ...] = ("float32",)
     max_batch: int = 256
     extra: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
@@ -92,6 +95,8 @@ class BackendSpec:
         if self.n_heads is not None and shape.n_heads not in self.n_heads:
             heads = ", ".join(map(str, self.n_heads))
             return f"{self.name} supports n_heads {heads}, not {shape.n_heads}"
+        if self.supports is not None and not self.supports(shape):
+            return f"{self.name} has no kernel for d_model {shape.d_model} with {shape.n_heads} heads"
         if dtype not in self.dtypes:
             return f"{self.name} supports dtype {', '.join(self.dtypes)}, not {dtype}"
         if not 1 <= batch <= self.max_batch:

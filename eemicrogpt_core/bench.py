@@ -28,7 +28,7 @@ from .backend import TrainState
 from .config import PRESETS, TrainConfig, preset
 from .data import BatchSampler, Dataset
 from .errors import BackendSelectionError
-from .model import ModelShape, init_params
+from .model import ModelShape, default_heads, init_params
 from .optim import lr_schedule
 from .registry import BackendEntry, BackendRegistry, open_session
 from .trainer import PreparedData, train
@@ -72,8 +72,8 @@ def failed_row(backend: str, shape: ModelShape, batch: int, error: str) -> Bench
 
 
 def heads_for(d_model: int) -> int:
-    """The presets' head count (8 at d128, as the seed); 4 for sizes without a preset."""
-    return PRESETS[d_model].get("n_heads", TrainConfig().n_heads) if d_model in PRESETS else 4
+    """The model's head count for this width (model.default_heads: 8 at d128, as the seed)."""
+    return default_heads(d_model)
 
 
 def time_steps(

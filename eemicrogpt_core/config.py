@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 
 from .errors import ConfigError
-from .model import ModelShape
+from .model import ModelShape, default_heads
 
 DTYPES = ("float32", "float64", "float16")
 BACKEND_ENV_VAR = "EEMICROGPT_BACKEND"
@@ -45,7 +45,7 @@ class TrainConfig:
     # core). Measured on this machine (avx512): this run reached val loss 1.99; d32 for 80k steps (same wall
     # time) 2.02-2.03, d64 for 20k steps at 0.003 2.01. The seed's 0.002 for its longer d64 runs held up.
     d_model: int = 64
-    n_heads: int = 4
+    n_heads: int = default_heads(64)
     batch: int = 16
     steps: int = 40000
     time_budget: float | None = None  # seconds; when set, the steps that fit replace `steps`
@@ -77,10 +77,10 @@ class TrainConfig:
 # d128: the seed's example (-DD_MODEL=128 -DN_HEADS=8 -DN_STEPS=10000 -DLR=0.003) with the SME2 rows'
 #   lower 0.002 (the widest model gets the lower LR; not tuned here).
 PRESETS: dict[int, dict[str, Any]] = {
-    16: {"d_model": 16, "n_heads": 4, "steps": 20000, "lr": 0.01},
-    32: {"d_model": 32, "n_heads": 4, "steps": 30000, "lr": 0.005},
+    16: {"d_model": 16, "n_heads": default_heads(16), "steps": 20000, "lr": 0.01},
+    32: {"d_model": 32, "n_heads": default_heads(32), "steps": 30000, "lr": 0.005},
     64: {},
-    128: {"d_model": 128, "n_heads": 8, "steps": 10000, "lr": 0.002},
+    128: {"d_model": 128, "n_heads": default_heads(128), "steps": 10000, "lr": 0.002},
 }
 
 

@@ -13,8 +13,17 @@ MAX_SEQ = 16
 RMS_EPS = 1e-5
 INIT_STD = 0.08
 
+# Attention heads per model width, decided here only: the presets, `bench` and the benchmarks read it
+# (8 at d128, as the seed's example run; 4 elsewhere and for widths not listed).
+DEFAULT_HEADS = 4
+HEADS_BY_D_MODEL = {16: 4, 32: 4, 64: 4, 128: 8}
+
 # Tensor order in the flat parameter buffer. Native backends depend on it: never reorder.
 TENSOR_NAMES = ("tok_emb", "pos_emb", "Wq", "Wk", "Wv", "Wo", "Wf1", "Wf2", "Wlm")
+
+
+def default_heads(d_model: int) -> int:
+    return HEADS_BY_D_MODEL.get(d_model, DEFAULT_HEADS)
 
 
 class ShapeError(ValueError):
@@ -24,7 +33,7 @@ class ShapeError(ValueError):
 @dataclass(frozen=True)
 class ModelShape:
     d_model: int
-    n_heads: int = 4
+    n_heads: int = DEFAULT_HEADS
 
     def __post_init__(self) -> None:
         if self.d_model < 1 or self.n_heads < 1:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import re
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 
@@ -18,8 +19,6 @@ import numpy as np
 
 from .backend import BackendSession, SessionFactory, TrainState
 from .model import MAX_SEQ, ModelShape
-
-ABI_VERSION = 1
 
 _STATUS_MESSAGES = {
     1: "invalid argument",
@@ -43,8 +42,25 @@ def get_include() -> str:
 
 
 @functools.cache
+def header_text() -> str:
+    return (Path(get_include()) / "eemicrogpt.h").read_text()
+
+
+def header_constant(name: str) -> int:
+    """The integer value of `#define name <int>` in eemicrogpt.h (the C side's constants, read not copied)."""
+    match = re.search(rf"^#define {re.escape(name)} (-?\d+)\b", header_text(), re.M)
+    if match is None:
+        raise RuntimeError(f"eemicrogpt.h does not define {name}")
+    return int(match.group(1))
+
+
+ABI_VERSION = header_constant("EMG_ABI_VERSION")
+MAX_BATCH = header_constant("EMG_MAX_BATCH")  # the largest max_batch any native session accepts
+
+
+@functools.cache
 def _ffi() -> cffi.FFI:
-    header = (Path(get_include()) / "eemicrogpt.h").read_text()
+    header = header_text()
     match = re.search(r"/\* CDEF-BEGIN \*/(.*?)/\* CDEF-END \*/", header, re.S)
     if match is None:
         raise RuntimeError("eemicrogpt.h lacks its CDEF-BEGIN/CDEF-END block")
@@ -181,6 +197,20 @@ def find_library(package_dir: str | Path, stem: str) -> Path | None:
 
 def supports(library_path: str, shape: ModelShape) -> bool:
     return bool(load_library(library_path).emg_supports(shape.d_model, shape.n_heads))
+
+
+def library_supports(locate: Callable[[], str | Path | None]) -> Callable[[ModelShape], bool]:
+    """A BackendSpec.supports that asks the library (emg_supports): the shapes are declared only by its kernels.
+
+    `locate` returns the library's path, or None when it was not built (then nothing is supported; the probe
+    says why). The registry asks only available backends, so the library is one this CPU can load.
+    """
+
+    def check(shape: ModelShape) -> bool:
+        path = locate()
+        return path is not None and supports(str(path), shape)
+
+    return check
 
 
 def native_session_factory(library_path: str | Path) -> SessionFactory:

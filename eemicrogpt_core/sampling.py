@@ -1,8 +1,7 @@
 """Autoregressive generation from trained parameters with a small numpy forward pass (float64).
 
 All sequences grow together, one position per iteration; a sequence is finished once it emits the boundary
-token. The forward pass is the model of issue 2, written out again here for inference only so the core does
-not depend on any backend package.
+token. The forward pass is the core's reference model (reference.py), the one numpy_ref trains with.
 """
 
 from __future__ import annotations
@@ -10,11 +9,8 @@ from __future__ import annotations
 import numpy as np
 
 from .errors import ConfigError
-from .model import BOUNDARY, MAX_SEQ, RMS_EPS, ModelShape, views
-
-
-def _rms(x: np.ndarray) -> np.ndarray:
-    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + RMS_EPS)
+from .model import BOUNDARY, MAX_SEQ, VOCAB, ModelShape
+from .reference import StepModel, prefix_batch
 
 
 def forward_logits(params: np.ndarray, shape: ModelShape, tokens: np.ndarray) -> np.ndarray:
@@ -22,22 +18,9 @@ def forward_logits(params: np.ndarray, shape: ModelShape, tokens: np.ndarray) ->
     n, t = tokens.shape
     if not 1 <= t <= MAX_SEQ:
         raise ValueError(f"prefix length must be 1..{MAX_SEQ}, got {t}")
-    w = views(shape, np.asarray(params, dtype=np.float64))
-    x = _rms(w["tok_emb"][tokens] + w["pos_emb"][:t])
-    h = _rms(x)
-    heads, hd = shape.n_heads, shape.head_dim
-
-    def split_heads(m: np.ndarray) -> np.ndarray:  # [N, T, D] -> [N, H, T, hd]
-        return m.reshape(n, t, heads, hd).transpose(0, 2, 1, 3)
-
-    q, k, v = (split_heads(h @ w[name].T) for name in ("Wq", "Wk", "Wv"))
-    scores = q @ k.transpose(0, 1, 3, 2) / np.sqrt(hd)
-    scores = np.where(np.tril(np.ones((t, t), dtype=bool)), scores, -np.inf)
-    scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
-    attn = (scores / scores.sum(axis=-1, keepdims=True)) @ v
-    x = x + attn.transpose(0, 2, 1, 3).reshape(n, t, shape.d_model) @ w["Wo"].T
-    x = x + np.maximum(_rms(x) @ w["Wf1"].T, 0.0) @ w["Wf2"].T
-    return x @ w["Wlm"].T
+    model = StepModel(shape, np.array(params, dtype=np.float64))
+    logits, _ = model.logits(prefix_batch(tokens))
+    return logits.reshape(n, t, VOCAB)
 
 
 def generate(

@@ -42,6 +42,7 @@ def extensions() -> list[Extension]:
             "eemicrogpt_backend_neon._neon_kernels",
             sources=sources,
             include_dirs=[include_dir(), "csrc"],
+            depends=[str(p) for p in (*(HERE / "csrc").glob("*.h"), *Path(include_dir()).glob("*.h"))],
             extra_compile_args=["-std=c11", "-O3", *arch],
             libraries=["m"],
         )

@@ -71,7 +71,8 @@ def sme2_setup_kwargs(extension: str, f16: bool) -> dict[str, Any]:
         sources=[str(HERE / "sme2_gemm.c")],
         include_dirs=[INCLUDE, str(HERE)],
         define_macros=[("EMG_SME_F16", "1" if f16 else "0")],
-        depends=[str(HERE / "sme2_internal.h"), *(str(HERE / name) for name in PLAIN)],
+        depends=[str(HERE / "sme2_internal.h"), *(str(HERE / name) for name in PLAIN),
+                 *(str(p) for p in Path(INCLUDE).glob("*.h"))],
         extra_compile_args=[*WARN, "-O3", arch],
         libraries=["m"],
     )

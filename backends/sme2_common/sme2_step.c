@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "eemicrogpt.h"
+#include "emg_backend.h"
 #include "sme2_internal.h"
 
 #define V EMG_VOCAB
@@ -24,10 +24,11 @@
 enum att_op { OP_QK, OP_VALS, OP_PT, OP_ATTT, OP_VT, OP_DATTT, OP_DATT, OP_QKPM, OP_DST, OP_DS, OP_P, OP_N };
 
 struct emg_session {
-    int d, h, hd, f, max_batch, max_rows;
+    emg_core core; /* shape, layout, step and the training state: owned by the shared layer */
+    /* the kernels' short names for core's fields, set once by init */
+    int d, h, hd, f, max_rows;
     long n_params;
     float *p, *m, *v, *g; /* params, Adam moments, gradient: the ABI layout */
-    int64_t step;
     long o_tok, o_pos, o_qkv, o_wo, o_f1, o_f2, o_lm; /* tensor offsets in the layout */
     /* k-major weight operands (W transposed), rebuilt after every parameter change */
     op_t *t_qkv, *t_wo, *t_f1, *t_f2, *t_lm;
@@ -78,7 +79,7 @@ static void *session_alloc(emg_session *s, size_t bytes) {
 
 static void session_free(emg_session *s) {
     for (int i = 0; i < s->n_allocs; i++) free(s->allocs[i]);
-    free(s);
+    s->n_allocs = 0;
 }
 
 /* ---- layout helpers -------------------------------------------------------------------------- */
@@ -396,10 +397,9 @@ static void backward(emg_session *s, int batch) {
 }
 
 static void adam(emg_session *s, float lr) {
-    s->step += 1;
     const float b1 = EMG_ADAM_BETA1, b2 = EMG_ADAM_BETA2;
-    const float c1 = (float)(1.0 - pow(EMG_ADAM_BETA1, (double)s->step));
-    const float c2 = (float)(1.0 - pow(EMG_ADAM_BETA2, (double)s->step));
+    const float c1 = (float)(1.0 - pow(EMG_ADAM_BETA1, (double)s->core.step));
+    const float c2 = (float)(1.0 - pow(EMG_ADAM_BETA2, (double)s->core.step));
     const float a1 = (float)(1.0 - EMG_ADAM_BETA1), a2 = (float)(1.0 - EMG_ADAM_BETA2);
     float *restrict p = s->p, *restrict m = s->m, *restrict v = s->v;
     const float *restrict g = s->g;
@@ -410,34 +410,26 @@ static void adam(emg_session *s, float lr) {
     }
 }
 
-/* ---- the ABI --------------------------------------------------------------------------------- */
+/* ---- the hooks of the shared session layer (emg_backend.h adds the exported ABI) ---------------- */
 
-EMG_EXPORT int emg_abi_version(void) { return EMG_ABI_VERSION; }
-
-EMG_EXPORT int emg_supports(int d_model, int n_heads) {
+/* The seed enables SME2 from d_model 64: below it SMSTART/SMSTOP overhead beats the tiny tiles. */
+static int supports(int d_model, int n_heads) {
     return (d_model == 64 || d_model == 128) && (n_heads == 4 || n_heads == 8);
 }
 
-EMG_EXPORT int emg_create(int d_model, int n_heads, int max_batch, emg_session **out) {
-    if (!out) return EMG_ERR_ARGUMENT;
-    *out = NULL;
-    if (max_batch < 1 || max_batch > 4096) return EMG_ERR_ARGUMENT;
-    if (!emg_supports(d_model, n_heads)) return EMG_ERR_UNSUPPORTED;
+static int init(emg_session *s) {
     if (emg_sme_cpu_status(EMG_SME_F16) != SME_CPU_OK) return EMG_ERR_UNSUPPORTED;
-
-    emg_session *s = calloc(1, sizeof *s);
-    if (!s) return EMG_ERR_NOMEM;
-    const int d = d_model, f = 4 * d_model;
+    const emg_core *c = &s->core;
+    const emg_layout *L = &c->layout;
+    const int d = c->d_model, f = 4 * c->d_model, n_heads = c->n_heads, max_batch = c->max_batch;
     const long rows = (long)max_batch * (S - 1);
-    s->d = d, s->h = n_heads, s->hd = d / n_heads, s->f = f, s->max_batch = max_batch, s->max_rows = (int)rows;
-    s->n_params = 2L * V * d + (long)S * d + 12L * d * d;
-    s->o_tok = 0, s->o_pos = (long)V * d, s->o_qkv = (long)(V + S) * d;
-    s->o_wo = s->o_qkv + 3L * d * d, s->o_f1 = s->o_wo + (long)d * d, s->o_f2 = s->o_f1 + 4L * d * d;
-    s->o_lm = s->o_f2 + 4L * d * d;
+    s->d = d, s->h = n_heads, s->hd = d / n_heads, s->f = f, s->max_rows = (int)rows;
+    s->n_params = L->n_params;
+    s->p = c->params, s->m = c->adam_m, s->v = c->adam_v, s->g = c->grads;
+    s->o_tok = L->tok_emb, s->o_pos = L->pos_emb, s->o_qkv = L->wq, s->o_wo = L->wo, s->o_f1 = L->wf1;
+    s->o_f2 = L->wf2, s->o_lm = L->wlm;
 
-    const size_t fl = sizeof(float), np = (size_t)s->n_params, R = (size_t)rows;
-    float **fbufs[] = {&s->p, &s->m, &s->v, &s->g};
-    for (int i = 0; i < 4; i++) *fbufs[i] = session_alloc(s, np * fl);
+    const size_t fl = sizeof(float), R = (size_t)rows;
     s->t_qkv = session_alloc(s, sizeof(op_t) * 3 * d * d);
     s->t_wo = session_alloc(s, sizeof(op_t) * d * d);
     s->t_f1 = session_alloc(s, sizeof(op_t) * 4 * d * d);
@@ -463,7 +455,7 @@ EMG_EXPORT int emg_create(int d_model, int n_heads, int max_batch, emg_session *
     s->p_blk = session_alloc(s, fl * blocks);
     s->ds_blk = session_alloc(s, fl * blocks);
 #if EMG_SME_F16
-    s->h_w = session_alloc(s, sizeof(op_t) * (np - s->o_qkv));
+    s->h_w = session_alloc(s, sizeof(op_t) * (size_t)(s->n_params - s->o_qkv));
     /* widths of the five (gradient, input) pairs: (V+d) + (d+f) + (f+d) + (d+d) + (3d+d) */
     s->h_act = session_alloc(s, sizeof(op_t) * R * (V + 9 * d + 2 * f));
     const size_t op_sizes[OP_N] = {[OP_QK] = R * 2 * d, [OP_VALS] = R * d, [OP_PT] = blocks, [OP_ATTT] = R * d,
@@ -478,70 +470,20 @@ EMG_EXPORT int emg_create(int d_model, int n_heads, int max_batch, emg_session *
     s->w_qkv = s->p + s->o_qkv, s->w_wo = s->p + s->o_wo, s->w_f1 = s->p + s->o_f1;
     s->w_f2 = s->p + s->o_f2, s->w_lm = s->p + s->o_lm;
 #endif
-    if (s->alloc_failed) {
-        session_free(s);
-        return EMG_ERR_NOMEM;
-    }
-    refresh_weight_operands(s);
-    *out = s;
-    return EMG_OK;
+    return s->alloc_failed ? EMG_ERR_NOMEM : EMG_OK;
 }
 
-EMG_EXPORT void emg_destroy(emg_session *s) {
-    if (s) session_free(s);
-}
+static void release(emg_session *s) { session_free(s); }
 
-EMG_EXPORT int emg_set_state(emg_session *s, const float *params, const float *adam_m, const float *adam_v,
-                             int64_t step) {
-    if (!s || !params || !adam_m || !adam_v || step < 0) return EMG_ERR_ARGUMENT;
-    const size_t bytes = sizeof(float) * (size_t)s->n_params;
-    memcpy(s->p, params, bytes);
-    memcpy(s->m, adam_m, bytes);
-    memcpy(s->v, adam_v, bytes);
-    s->step = step;
-    refresh_weight_operands(s);
-    return EMG_OK;
-}
-
-EMG_EXPORT int emg_get_state(const emg_session *s, float *params, float *adam_m, float *adam_v, int64_t *step) {
-    if (!s || !params || !adam_m || !adam_v || !step) return EMG_ERR_ARGUMENT;
-    const size_t bytes = sizeof(float) * (size_t)s->n_params;
-    memcpy(params, s->p, bytes);
-    memcpy(adam_m, s->m, bytes);
-    memcpy(adam_v, s->v, bytes);
-    *step = s->step;
-    return EMG_OK;
-}
-
-EMG_EXPORT int emg_train_steps(emg_session *s, int n_steps, int batch, const uint8_t *tokens,
-                               const uint8_t *lengths, const float *lrs, float *losses) {
-    if (!s || n_steps <= 0 || !lrs || !losses) return EMG_ERR_ARGUMENT;
-    for (int i = 0; i < n_steps; i++) { /* reject bad input before any update */
-        const int rc = emg_check_batch(batch, s->max_batch, tokens + (long)i * batch * S, lengths + (long)i * batch);
-        if (rc != EMG_OK) return rc;
-    }
-    for (int i = 0; i < n_steps; i++) {
-        pack_batch(s, batch, tokens + (long)i * batch * S, lengths + (long)i * batch);
-        const float loss = (float)(forward(s, batch) / s->n_rows);
-        if (!isfinite(loss)) return EMG_ERR_NONFINITE; /* state stays as after the last finite step */
-        backward(s, batch);
-        adam(s, lrs[i]);
-        refresh_weight_operands(s);
-        losses[i] = loss;
-    }
-    return EMG_OK;
-}
-
-EMG_EXPORT int emg_loss_and_grad(emg_session *s, int batch, const uint8_t *tokens, const uint8_t *lengths,
-                                 float *loss, float *grads) {
-    if (!s || !loss) return EMG_ERR_ARGUMENT;
-    const int rc = emg_check_batch(batch, s->max_batch, tokens, lengths);
-    if (rc != EMG_OK) return rc;
+static float loss_and_grad(emg_session *s, int batch, const uint8_t *tokens, const uint8_t *lengths,
+                           int want_grads) {
     pack_batch(s, batch, tokens, lengths);
-    *loss = (float)(forward(s, batch) / s->n_rows);
-    if (grads) {
-        backward(s, batch);
-        memcpy(grads, s->g, sizeof(float) * (size_t)s->n_params);
-    }
-    return EMG_OK;
+    const float loss = (float)(forward(s, batch) / s->n_rows);
+    if (want_grads) backward(s, batch);
+    return loss;
 }
+
+const emg_backend emg_this_backend = {supports, init, release, refresh_weight_operands, loss_and_grad, adam};
+
+#define EMG_BACKEND_IMPLEMENTATION
+#include "emg_backend.h"

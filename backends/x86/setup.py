@@ -49,7 +49,7 @@ def extensions() -> list[Extension]:
             f"eemicrogpt_backend_x86._emg_{name}",
             sources=KERNEL_SOURCES,
             include_dirs=[INCLUDE, "csrc"],
-            depends=[str(p.relative_to(HERE)) for p in (HERE / "csrc").glob("*.h")],
+            depends=[str(p) for p in (*(HERE / "csrc").glob("*.h"), *Path(INCLUDE).glob("*.h"))],
             extra_compile_args=COMMON + flags,
             libraries=["m"],
         )

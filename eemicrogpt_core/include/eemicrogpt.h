@@ -3,7 +3,8 @@
  *
  * A native backend is a plain shared library exporting the functions below. The Python core loads it
  * with cffi (ABI mode, see eemicrogpt_core/native.py), validates every array before the call, and turns
- * non-zero return codes into exceptions. Functions never abort and never print.
+ * non-zero return codes into exceptions. Functions never abort and never print. Backends do not write these
+ * functions themselves: emg_backend.h (next to this header) implements all of them over a backend's kernels.
  *
  * Parameter buffer (the ABI every backend shares): one contiguous float32 array, tensors in this order,
  * each row-major W[out][in]:
@@ -32,6 +33,7 @@
 #define EMG_VOCAB 27
 #define EMG_BOUNDARY 26
 #define EMG_MAX_SEQ 16
+#define EMG_MAX_BATCH 256 /* the largest max_batch emg_create accepts (native.py reads it from here) */
 #define EMG_ADAM_BETA1 0.85f
 #define EMG_ADAM_BETA2 0.99f
 #define EMG_ADAM_EPS 1e-8f
@@ -46,10 +48,11 @@ extern "C" {
 enum emg_status {
     EMG_OK = 0,
     EMG_ERR_ARGUMENT = 1,     /* a NULL pointer, n <= 0, batch outside [1, max_batch], bad token/length */
-    EMG_ERR_UNSUPPORTED = 2,  /* this library cannot run that (d_model, n_heads) */
+    EMG_ERR_UNSUPPORTED = 2,  /* this library cannot run that (d_model, n_heads), or max_batch > MAX_BATCH */
     EMG_ERR_NOMEM = 3,        /* allocation failed */
-    EMG_ERR_NONFINITE = 4     /* a loss or parameter became NaN/Inf; state is left as it was after the
-                                 last finite step where the backend can tell, otherwise undefined */
+    EMG_ERR_NONFINITE = 4     /* a loss, gradient or updated parameter is NaN/Inf. A non-finite loss or
+                                 gradient stops before its update (the state is as after the last finite
+                                 step); an update that overflows leaves the state it produced */
 };
 
 typedef struct emg_session emg_session;
@@ -69,7 +72,9 @@ int emg_set_state(emg_session *s, const float *params, const float *adam_m, cons
                   int64_t step);
 int emg_get_state(const emg_session *s, float *params, float *adam_m, float *adam_v, int64_t *step);
 
-/* Run n_steps full training steps (forward, backward, Adam) on caller-owned arrays. */
+/* Run n_steps full training steps (forward, backward, Adam) on caller-owned arrays. Every batch and lr
+ * (which must be finite) is checked before any update. losses[i] is the loss before step i's update, written
+ * even when it is not finite; losses of steps that did not run are NaN. */
 int emg_train_steps(emg_session *s, int n_steps, int batch, const uint8_t *tokens,
                     const uint8_t *lengths, const float *lrs, float *losses);
 

@@ -30,6 +30,7 @@ setup(
             "eemicrogpt_backend_example_c._example_c",
             sources=["csrc/example_c.c"],
             include_dirs=[include_dir()],
+            depends=[str(p) for p in Path(include_dir()).glob("*.h")],  # rebuild when the shared layer changes
             extra_compile_args=["-std=c11", "-O2"],
             libraries=["m"],
         )

@@ -1,27 +1,25 @@
-/* The session object behind the ABI's opaque emg_session, and the table of specialised kernels. */
+/* The session object behind the ABI's opaque emg_session (the shared layer's emg_core plus the Neon
+ * buffers), and the table of specialised kernels. */
 #ifndef EMG_NEON_SESSION_H
 #define EMG_NEON_SESSION_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-#include "eemicrogpt.h"
+#include "emg_backend.h"
 
 typedef struct emg_kernel {
     int d_model, n_heads;
     size_t work_bytes; /* per-sequence activations and gradients */
-    /* Zeroes s->grads, then fills it with d(mean loss)/d(params) of the batch; returns the mean loss. */
+    /* Zeroes s->core.grads, then fills it with d(mean loss)/d(params) of the batch; returns the mean loss. */
     float (*loss_grad)(emg_session *s, int batch, const uint8_t *tokens, const uint8_t *lengths);
-    /* Rebuilds the transposed weight copies from s->params (after Adam or set_state). */
+    /* Rebuilds the transposed weight copies from s->core.params (after Adam or set_state). */
     void (*sync_transposed)(emg_session *s);
 } emg_kernel;
 
 struct emg_session {
+    emg_core core; /* shape, layout, step and the training state: owned by the shared layer */
     const emg_kernel *kernel;
-    int max_batch;
-    long n_params;
-    int64_t step;
-    float *params, *adam_m, *adam_v, *grads;
     float *wt;   /* transposed copies: Wqkv^T [D][3D], Wo^T [D][D], Wf1^T [D][4D], Wf2^T [4D][D] */
     void *work;
 };

@@ -5,7 +5,7 @@
  *
  * Work is done one sequence at a time (its activations stay in L1) and only over its live positions
  * t < T = length - 1: padding is never touched, forward or backward (the seed's optimisation 3). Gradients
- * of all sequences accumulate into s->grads, already scaled by 1 / (live positions in the batch).
+ * of all sequences accumulate into s->core.grads, already scaled by 1 / (live positions in the batch).
  */
 #include <string.h>
 
@@ -27,15 +27,15 @@
 
 _Static_assert(HD % 4 == 0, "head_dim must be a multiple of 4");
 
-/* Offsets of the tensors in the flat parameter (and gradient) buffer: the ABI's order. */
+/* Offsets of the tensors in the flat parameter (and gradient) buffer: the shared layout. */
 enum {
-    OFF_TOK = 0,
-    OFF_POS = EMG_VOCAB * D,
-    OFF_QKV = OFF_POS + EMG_MAX_SEQ * D, /* Wq, Wk, Wv are adjacent: one [3D][D] matrix */
-    OFF_WO = OFF_QKV + 3 * D * D,
-    OFF_WF1 = OFF_WO + D * D,
-    OFF_WF2 = OFF_WF1 + 4 * D * D,
-    OFF_WLM = OFF_WF2 + 4 * D * D,
+    OFF_TOK = EMG_OFF_TOK_EMB(D),
+    OFF_POS = EMG_OFF_POS_EMB(D),
+    OFF_QKV = EMG_OFF_WQ(D), /* Wq, Wk, Wv are adjacent: one [3D][D] matrix */
+    OFF_WO = EMG_OFF_WO(D),
+    OFF_WF1 = EMG_OFF_WF1(D),
+    OFF_WF2 = EMG_OFF_WF2(D),
+    OFF_WLM = EMG_OFF_WLM(D),
     /* transposed copies in s->wt */
     T_QKV = 0,
     T_WO = 3 * D * D,
@@ -129,18 +129,18 @@ static float loss_grad(emg_session *s, int batch, const uint8_t *tokens, const u
     long n_live = 0;
     for (int b = 0; b < batch; b++) n_live += lengths[b] - 1;
     float wgt = 1.0f / (float)n_live, loss = 0.0f;
-    memset(s->grads, 0, sizeof(float) * (size_t)s->n_params);
+    memset(s->core.grads, 0, sizeof(float) * (size_t)s->core.layout.n_params);
     for (int b = 0; b < batch; b++) {
         const uint8_t *tok = tokens + (long)b * EMG_MAX_SEQ;
         int T = lengths[b] - 1;
-        loss += seq_forward(s->params, w, tok, T, wgt);
-        seq_backward(s->params, s->wt, s->grads, w, tok, T);
+        loss += seq_forward(s->core.params, w, tok, T, wgt);
+        seq_backward(s->core.params, s->wt, s->core.grads, w, tok, T);
     }
     return loss;
 }
 
 static void sync_transposed(emg_session *s) {
-    const float *p = s->params;
+    const float *p = s->core.params;
     transpose_f32(s->wt + T_QKV, p + OFF_QKV, D3, D);
     transpose_f32(s->wt + T_WO, p + OFF_WO, D, D);
     transpose_f32(s->wt + T_WF1, p + OFF_WF1, DFF, D);

@@ -7,11 +7,13 @@ probe asks (machine, OS, AT_HWCAP, sysctl) with monkeypatch.
 from __future__ import annotations
 
 import platform
+from pathlib import Path
 
 import pytest
 from eemicrogpt_backend_neon import plugin, probe
 
 from eemicrogpt_core import native
+from eemicrogpt_core.backend import BackendSpec
 from eemicrogpt_core.cli import app
 from eemicrogpt_core.errors import BackendSelectionError
 from eemicrogpt_core.model import ModelShape
@@ -22,7 +24,7 @@ X86_REASON = "neon: requires an aarch64 CPU with Advanced SIMD; this machine is 
 ALL_HWCAPS = probe.HWCAP_ASIMD | probe.HWCAP_FPHP | probe.HWCAP_ASIMDHP
 
 
-def _spec() -> plugin.NeonSpec:
+def _spec() -> BackendSpec:
     (spec,) = plugin.eemicrogpt_backends()
     return spec
 
@@ -115,15 +117,24 @@ def test_real_probe_on_this_machine() -> None:
     [
         (16, 4, 1, None),
         (128, 8, 256, None),
-        (32, 8, 16, "neon supports d_model/n_heads 16/4, 32/4, 64/4, 128/4, 128/8, not 32/8"),
-        (48, 4, 16, "neon supports d_model 16, 32, 64, 128, not 48"),
-        (64, 2, 16, "neon supports n_heads 4, 8, not 2"),
+        (32, 8, 16, "neon has no kernel for d_model 32 with 8 heads"),
         (16, 4, 257, "neon supports batch 1..256, not 257"),
         (16, 4, 0, "neon supports batch 1..256, not 0"),
     ],
 )
-def test_declared_shapes(d_model: int, n_heads: int, batch: int, message: str | None) -> None:
+def test_spec_asks_the_library_for_shapes(
+    monkeypatch: pytest.MonkeyPatch, d_model: int, n_heads: int, batch: int, message: str | None
+) -> None:
+    """The spec declares no shapes: it asks emg_supports (a stand-in here, so this runs on any host)."""
+    asked = []
+    monkeypatch.setattr(plugin, "library_path", lambda: Path("/lib/_neon_kernels.so"))
+    def fake_supports(path: str, shape: ModelShape) -> bool:
+        asked.append(path)
+        return (shape.d_model, shape.n_heads) != (32, 8)
+
+    monkeypatch.setattr(native, "supports", fake_supports)
     assert _spec().unsupported_reason(ModelShape(d_model, n_heads), batch) == message
+    assert asked == ["/lib/_neon_kernels.so"]
 
 
 def test_selecting_unavailable_neon_names_the_reason_and_the_alternatives(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -6,8 +6,9 @@ import numpy as np
 
 from eemicrogpt_core.backend import TrainState
 from eemicrogpt_core.model import ModelShape
+from eemicrogpt_core.reference import StepModel, prepare_batch
 
-from .step import Adam, StepModel, prepare_batch, train_step
+from .step import Adam, train_step
 
 DTYPES = ("float32", "float64")
 

@@ -6,15 +6,12 @@ from pathlib import Path
 
 from eemicrogpt_core.backend import BackendSession, BackendSpec, ProbeResult
 from eemicrogpt_core.model import ModelShape
-from eemicrogpt_core.native import find_library, native_session_factory
+from eemicrogpt_core.native import MAX_BATCH, find_library, library_supports, native_session_factory
 
 from . import probe
 
-# The seed enables SME2 from d_model 64: below it SMSTART/SMSTOP overhead beats the tiny tiles
-# (it measured a 10% loss at d16). emg_supports() in sme2_common/sme2_step.c must agree.
-D_MODELS = (64, 128)
-N_HEADS = (4, 8)
-MAX_BATCH = 256
+# The shapes (d_model 64 and 128, where the seed measured SME2 ahead) are declared once, by supports() in
+# sme2_common/sme2_step.c; the spec asks the library.
 
 
 def sme2_spec(
@@ -48,8 +45,7 @@ def sme2_spec(
         description=description,
         probe=probe_backend,
         factory=factory,
-        d_models=D_MODELS,
-        n_heads=N_HEADS,
+        supports=library_supports(library),
         dtypes=("float32",),
         max_batch=MAX_BATCH,
     )

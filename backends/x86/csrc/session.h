@@ -1,11 +1,11 @@
-/* The session object shared by the ABI layer (session.c) and the per-size step kernels (step.c). */
+/* The session object shared by the backend hooks (session.c) and the per-size step kernels (step.c). */
 #ifndef EMG_X86_SESSION_H
 #define EMG_X86_SESSION_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-#include "eemicrogpt.h"
+#include "emg_backend.h"
 
 struct emg_session;
 
@@ -23,11 +23,9 @@ struct emg_kernel {
 const struct emg_kernel *emg_x86_find_kernel(int d_model, int n_heads);
 
 struct emg_session {
+    emg_core core; /* shape, layout, step and the training state: owned by the shared layer */
     const struct emg_kernel *k;
-    int d, h, max_batch, max_rows;
-    long n_params;
-    int64_t step;
-    float *params, *adam_m, *adam_v, *grads;
+    int max_rows;
     /* Transposed weight copies used by the forward GEMMs: [in][out]. WlmT is padded to 32 columns. */
     float *wqkv_t, *wo_t, *wf1_t, *wf2_t, *wlm_t;
     /* Activations over packed live rows (max_rows, a multiple of ROW_PAD). */

@@ -14,9 +14,9 @@
 #define F (4 * D_MODEL)
 
 static void FN(sync_transposed)(struct emg_session *s) {
-    const float *p = s->params;
-    const float *wqkv = p + EMG_VOCAB * D + EMG_MAX_SEQ * D;
-    const float *wo = wqkv + 3 * D * D, *wf1 = wo + D * D, *wf2 = wf1 + F * D, *wlm = wf2 + D * F;
+    const float *p = s->core.params;
+    const float *wqkv = p + EMG_OFF_WQ(D), *wo = p + EMG_OFF_WO(D), *wf1 = p + EMG_OFF_WF1(D);
+    const float *wf2 = p + EMG_OFF_WF2(D), *wlm = p + EMG_OFF_WLM(D);
     transpose(wqkv, 3 * D, D, D, s->wqkv_t, 3 * D);
     transpose(wo, D, D, D, s->wo_t, D);
     transpose(wf1, F, D, D, s->wf1_t, F);
@@ -39,7 +39,7 @@ static void FN(loss_and_grad)(struct emg_session *s, int batch, const uint8_t *t
     }
     s->seq_start[batch] = P;
     const int Pp = (P + ROW_PAD - 1) / ROW_PAD * ROW_PAD;
-    const float *tok_emb = s->params, *pos_emb = tok_emb + EMG_VOCAB * D;
+    const float *tok_emb = s->core.params, *pos_emb = tok_emb + EMG_OFF_POS_EMB(D);
 
     /* Embedding and the two norms; padding rows are zero all the way through the step. */
     for (int p = 0; p < Pp; p++) {
@@ -79,10 +79,11 @@ static void FN(loss_and_grad)(struct emg_session *s, int batch, const uint8_t *t
     if (grads == NULL) return;
     memset(s->logits + P * LOGIT_LD, 0, sizeof(float) * (size_t)(Pp - P) * LOGIT_LD);
 
-    const float *wqkv = pos_emb + EMG_MAX_SEQ * D;
-    const float *wo = wqkv + 3 * D * D, *wf1 = wo + D * D, *wf2 = wf1 + F * D, *wlm = wf2 + D * F;
-    float *g_tok = grads, *g_pos = g_tok + EMG_VOCAB * D, *g_qkv = g_pos + EMG_MAX_SEQ * D;
-    float *g_wo = g_qkv + 3 * D * D, *g_f1 = g_wo + D * D, *g_f2 = g_f1 + F * D, *g_lm = g_f2 + D * F;
+    const float *wqkv = tok_emb + EMG_OFF_WQ(D), *wo = tok_emb + EMG_OFF_WO(D);
+    const float *wf1 = tok_emb + EMG_OFF_WF1(D), *wf2 = tok_emb + EMG_OFF_WF2(D), *wlm = tok_emb + EMG_OFF_WLM(D);
+    float *g_tok = grads, *g_pos = grads + EMG_OFF_POS_EMB(D), *g_qkv = grads + EMG_OFF_WQ(D);
+    float *g_wo = grads + EMG_OFF_WO(D), *g_f1 = grads + EMG_OFF_WF1(D), *g_f2 = grads + EMG_OFF_WF2(D);
+    float *g_lm = grads + EMG_OFF_WLM(D);
 
     /* LM head */
     gemm_nn(Pp, D, EMG_VOCAB, s->logits, LOGIT_LD, wlm, D, s->dx2, D, NULL, 0, EPI_NONE);

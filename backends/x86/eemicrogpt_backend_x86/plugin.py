@@ -7,14 +7,10 @@ from collections.abc import Iterator
 from eemicrogpt_core.backend import BackendSession, BackendSpec, ProbeResult
 from eemicrogpt_core.hookspec import hookimpl
 from eemicrogpt_core.model import ModelShape
-from eemicrogpt_core.native import native_session_factory
+from eemicrogpt_core.native import MAX_BATCH, library_supports, native_session_factory
 
 from .libs import extras, library_path
 from .probe import VARIANTS, probe
-
-D_MODELS = (16, 32, 64, 128)
-N_HEADS = (4, 8)  # 8 heads need head_dim >= 4, i.e. d_model >= 32 (ModelShape enforces it)
-MAX_BATCH = 256
 
 _DESCRIPTIONS = {
     "avx512": "native C, AVX-512 (16-float zmm register tiles)",
@@ -49,8 +45,7 @@ def eemicrogpt_backends() -> Iterator[BackendSpec]:
             description=_DESCRIPTIONS[name],
             probe=_probe(name),
             factory=_factory(name),
-            d_models=D_MODELS,
-            n_heads=N_HEADS,
+            supports=library_supports(lambda name=name: library_path(name)),  # the kernel table in C
             dtypes=("float32",),
             max_batch=MAX_BATCH,
             extra={"distribution": "eemicrogpt-backend-x86", "isa": name},

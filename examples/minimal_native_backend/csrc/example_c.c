@@ -1,11 +1,12 @@
 /* A minimal eemicrogpt backend in portable C: scalar loops, d_model 16 with 4 heads only.
- * Built against eemicrogpt.h alone; readable rather than fast. One sequence is processed at a time over
- * its live positions t < T = length - 1 (padding is never read). */
+ * It supplies kernels only (forward, backward, Adam); the shared layer emg_backend.h, included at the end,
+ * adds every exported emg_* function with its checks. Readable rather than fast. One sequence is processed
+ * at a time over its live positions t < T = length - 1 (padding is never read). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "eemicrogpt.h"
+#include "emg_backend.h"
 
 #define D 16
 #define H 4
@@ -14,12 +15,11 @@
 #define V EMG_VOCAB
 #define S EMG_MAX_SEQ
 #define T_MAX (S - 1)
-#define N_PARAMS (2 * V * D + S * D + 12 * D * D)
-#define MAX_BATCH 256
 
-/* Offsets of the tensors in the flat buffer, in the ABI's order. */
-enum { O_TOK = 0, O_POS = V * D, O_WQ = O_POS + S * D, O_WK = O_WQ + D * D, O_WV = O_WK + D * D,
-       O_WO = O_WV + D * D, O_WF1 = O_WO + D * D, O_WF2 = O_WF1 + F * D, O_WLM = O_WF2 + D * F };
+/* Offsets of the tensors in the flat buffer (the shared layout). */
+enum { O_TOK = EMG_OFF_TOK_EMB(D), O_POS = EMG_OFF_POS_EMB(D), O_WQ = EMG_OFF_WQ(D), O_WK = EMG_OFF_WK(D),
+       O_WV = EMG_OFF_WV(D), O_WO = EMG_OFF_WO(D), O_WF1 = EMG_OFF_WF1(D), O_WF2 = EMG_OFF_WF2(D),
+       O_WLM = EMG_OFF_WLM(D), N_PARAMS = EMG_N_PARAMS(D) };
 
 typedef struct { /* activations of one sequence */
     float x0[T_MAX][D], r0[T_MAX], h1[T_MAX][D], r1[T_MAX], q[T_MAX][D], k[T_MAX][D], v[T_MAX][D];
@@ -28,45 +28,9 @@ typedef struct { /* activations of one sequence */
 } acts;
 
 struct emg_session {
-    int max_batch;
-    int64_t step;
-    float params[N_PARAMS], m[N_PARAMS], v[N_PARAMS], grads[N_PARAMS];
+    emg_core core; /* params, Adam moments, gradient, step: owned by the shared layer */
     acts a;
 };
-
-int emg_abi_version(void) { return EMG_ABI_VERSION; }
-int emg_supports(int d_model, int n_heads) { return d_model == D && n_heads == H; }
-
-int emg_create(int d_model, int n_heads, int max_batch, emg_session **out) {
-    if (!out || max_batch < 1) return EMG_ERR_ARGUMENT;
-    *out = NULL;
-    if (!emg_supports(d_model, n_heads) || max_batch > MAX_BATCH) return EMG_ERR_UNSUPPORTED;
-    emg_session *s = calloc(1, sizeof *s);
-    if (!s) return EMG_ERR_NOMEM;
-    s->max_batch = max_batch;
-    *out = s;
-    return EMG_OK;
-}
-
-void emg_destroy(emg_session *s) { free(s); }
-
-int emg_set_state(emg_session *s, const float *p, const float *m, const float *v, int64_t step) {
-    if (!s || !p || !m || !v || step < 0) return EMG_ERR_ARGUMENT;
-    memcpy(s->params, p, sizeof s->params);
-    memcpy(s->m, m, sizeof s->m);
-    memcpy(s->v, v, sizeof s->v);
-    s->step = step;
-    return EMG_OK;
-}
-
-int emg_get_state(const emg_session *s, float *p, float *m, float *v, int64_t *step) {
-    if (!s || !p || !m || !v || !step) return EMG_ERR_ARGUMENT;
-    memcpy(p, s->params, sizeof s->params);
-    memcpy(m, s->m, sizeof s->m);
-    memcpy(v, s->v, sizeof s->v);
-    *step = s->step;
-    return EMG_OK;
-}
 
 /* y[o] = sum_i W[o][i] x[i] */
 static void matvec(float *y, const float *w, const float *x, int out, int in) {
@@ -194,47 +158,41 @@ static void backward(const float *p, float *g, const acts *a, const uint8_t *tok
     }
 }
 
-/* Fills s->grads for the batch and returns its mean loss. */
-static float loss_grad(emg_session *s, int batch, const uint8_t *tokens, const uint8_t *lengths) {
+/* The hooks the shared layer calls. */
+static int supports(int d_model, int n_heads) { return d_model == D && n_heads == H; }
+static int init(emg_session *s) { (void)s; return EMG_OK; } /* everything lives in the struct */
+static void release(emg_session *s) { (void)s; }
+static void params_changed(emg_session *s) { (void)s; } /* no derived copies of the weights */
+
+/* Fills s->core.grads for the batch (always: computing it is the cheap part here) and returns the mean loss. */
+static float loss_and_grad(emg_session *s, int batch, const uint8_t *tokens, const uint8_t *lengths, int want_grads) {
+    (void)want_grads;
     int n_live = 0;
     for (int b = 0; b < batch; b++) n_live += lengths[b] - 1;
     float wgt = 1.0f / (float)n_live, loss = 0.0f;
-    memset(s->grads, 0, sizeof s->grads);
+    memset(s->core.grads, 0, sizeof(float) * N_PARAMS);
     for (int b = 0; b < batch; b++) {
-        loss += forward(s->params, &s->a, tokens + b * S, lengths[b] - 1, wgt);
-        backward(s->params, s->grads, &s->a, tokens + b * S, lengths[b] - 1);
+        const uint8_t *tok = tokens + (size_t)b * S;
+        loss += forward(s->core.params, &s->a, tok, lengths[b] - 1, wgt);
+        backward(s->core.params, s->core.grads, &s->a, tok, lengths[b] - 1);
     }
     return loss;
 }
 
-int emg_loss_and_grad(emg_session *s, int batch, const uint8_t *tokens, const uint8_t *lengths, float *loss,
-                      float *grads) {
-    if (!s || !tokens || !lengths || !loss || batch < 1 || batch > s->max_batch) return EMG_ERR_ARGUMENT;
-    if (emg_check_batch(batch, s->max_batch, tokens, lengths) != EMG_OK) return EMG_ERR_ARGUMENT;
-    *loss = loss_grad(s, batch, tokens, lengths);
-    if (grads) memcpy(grads, s->grads, sizeof s->grads);
-    return isfinite(*loss) ? EMG_OK : EMG_ERR_NONFINITE;
+/* Adam, as the ABI header specifies; the layer has already counted the step. */
+static void adam(emg_session *s, float lr) {
+    emg_core *c = &s->core;
+    float bc1 = (float)(1.0 - pow(EMG_ADAM_BETA1, (double)c->step));
+    float bc2 = (float)(1.0 - pow(EMG_ADAM_BETA2, (double)c->step));
+    for (int j = 0; j < N_PARAMS; j++) {
+        float g = c->grads[j];
+        c->adam_m[j] = EMG_ADAM_BETA1 * c->adam_m[j] + (1.0f - EMG_ADAM_BETA1) * g;
+        c->adam_v[j] = EMG_ADAM_BETA2 * c->adam_v[j] + (1.0f - EMG_ADAM_BETA2) * g * g;
+        c->params[j] -= lr * (c->adam_m[j] / bc1) / (sqrtf(c->adam_v[j] / bc2) + EMG_ADAM_EPS);
+    }
 }
 
-int emg_train_steps(emg_session *s, int n_steps, int batch, const uint8_t *tokens, const uint8_t *lengths,
-                    const float *lrs, float *losses) {
-    if (!s || !tokens || !lengths || !lrs || !losses || n_steps < 1 || batch < 1 || batch > s->max_batch)
-        return EMG_ERR_ARGUMENT;
-    for (int i = 0; i < n_steps; i++)
-        if (emg_check_batch(batch, s->max_batch, tokens + i * batch * S, lengths + i * batch) != EMG_OK)
-            return EMG_ERR_ARGUMENT;
-    for (int i = 0; i < n_steps; i++) {
-        losses[i] = loss_grad(s, batch, tokens + i * batch * S, lengths + i * batch);
-        if (!isfinite(losses[i])) return EMG_ERR_NONFINITE;
-        s->step += 1;
-        float bc1 = (float)(1.0 - pow(EMG_ADAM_BETA1, (double)s->step));
-        float bc2 = (float)(1.0 - pow(EMG_ADAM_BETA2, (double)s->step));
-        for (int j = 0; j < N_PARAMS; j++) { /* Adam, as the ABI header specifies */
-            float g = s->grads[j];
-            s->m[j] = EMG_ADAM_BETA1 * s->m[j] + (1.0f - EMG_ADAM_BETA1) * g;
-            s->v[j] = EMG_ADAM_BETA2 * s->v[j] + (1.0f - EMG_ADAM_BETA2) * g * g;
-            s->params[j] -= lrs[i] * (s->m[j] / bc1) / (sqrtf(s->v[j] / bc2) + EMG_ADAM_EPS);
-        }
-    }
-    return EMG_OK;
-}
+const emg_backend emg_this_backend = {supports, init, release, params_changed, loss_and_grad, adam};
+
+#define EMG_BACKEND_IMPLEMENTATION
+#include "emg_backend.h"

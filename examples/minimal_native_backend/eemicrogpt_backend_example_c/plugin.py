@@ -8,21 +8,25 @@ from pathlib import Path
 from eemicrogpt_core.backend import BackendSession, BackendSpec, ProbeResult
 from eemicrogpt_core.hookspec import hookimpl
 from eemicrogpt_core.model import ModelShape
-from eemicrogpt_core.native import find_library, native_session_factory
+from eemicrogpt_core.native import MAX_BATCH, find_library, library_supports, native_session_factory
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 LIBRARY_STEM = "_example_c"
 
 
+def _library() -> Path | None:
+    return find_library(PACKAGE_DIR, LIBRARY_STEM)
+
+
 def _probe() -> ProbeResult:
     # Portable C runs on any CPU: the only way to be unavailable is a missing build.
-    if find_library(PACKAGE_DIR, LIBRARY_STEM) is None:
+    if _library() is None:
         return ProbeResult.no(f"example_c: {LIBRARY_STEM} was not built into {PACKAGE_DIR}")
     return ProbeResult.ok(0, "portable C; never chosen by auto (score 0)")
 
 
 def _factory(shape: ModelShape, max_batch: int, dtype: str) -> BackendSession:
-    path = find_library(PACKAGE_DIR, LIBRARY_STEM)
+    path = _library()
     if path is None:
         raise RuntimeError(f"example_c: {LIBRARY_STEM} is missing from {PACKAGE_DIR}")
     return native_session_factory(path)(shape, max_batch, dtype)
@@ -35,7 +39,6 @@ def eemicrogpt_backends() -> Iterator[BackendSpec]:
         description="minimal portable C example built against eemicrogpt.h alone (d_model 16, 4 heads)",
         probe=_probe,
         factory=_factory,
-        d_models=(16,),
-        n_heads=(4,),
-        max_batch=256,
+        supports=library_supports(_library),  # the shapes are the C library's emg_supports
+        max_batch=MAX_BATCH,
     )

@@ -1,0 +1,16 @@
+"""The shared native ABI contract (eemicrogpt_core.abi_testing) on the neon library."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from eemicrogpt_backend_neon.plugin import library_path
+
+from eemicrogpt_core.abi_testing import NativeAbiContract
+
+
+class TestNeonAbi(NativeAbiContract):
+    backend_name = "neon"
+
+    def library_path(self) -> Path | None:
+        return library_path()

@@ -1,0 +1,17 @@
+"""The shared native ABI contract (eemicrogpt_core.abi_testing) on the sme2_f32 library."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from eemicrogpt_backend_sme2.plugin import LIBRARY_STEM, PACKAGE_DIR
+
+from eemicrogpt_core.abi_testing import NativeAbiContract
+from eemicrogpt_core.native import find_library
+
+
+class TestSme2F32Abi(NativeAbiContract):
+    backend_name = "sme2_f32"
+
+    def library_path(self) -> Path | None:
+        return find_library(PACKAGE_DIR, LIBRARY_STEM)

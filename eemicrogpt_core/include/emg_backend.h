@@ -1,0 +1,246 @@
+/*
+ * The shared native session layer: everything in the ABI of eemicrogpt.h except the maths.
+ *
+ * A native backend supplies kernels only. It defines its session as
+ *
+ *     struct emg_session { emg_core core; ...its own buffers... };
+ *
+ * and one `const emg_backend emg_this_backend = {...}` (the hooks below). At the end of exactly one .c file,
+ * where that struct is complete, it writes `#define EMG_BACKEND_IMPLEMENTATION` and includes this header
+ * (again). That defines every exported emg_* function, so each backend inherits the same argument and
+ * batch checks, status codes, session lifecycle, step counting and non-finite rules:
+ *
+ *   emg_create     EMG_ERR_ARGUMENT for a NULL out or max_batch < 1; EMG_ERR_UNSUPPORTED for a shape the
+ *                  model forbids or the backend has no kernel for, or max_batch > EMG_MAX_BATCH. The layer
+ *                  allocates the session and the four n_params buffers (64-byte aligned, zeroed), then
+ *                  calls init for the backend's own buffers.
+ *   emg_train_steps  checks every step's batch and learning rate before touching the state (a bad one
+ *                  anywhere is EMG_ERR_ARGUMENT with nothing changed). Then per step: loss and gradient;
+ *                  losses[i] is written (the loss before this step's update) even when it is not finite;
+ *                  a non-finite loss or gradient is EMG_ERR_NONFINITE with the state as after the last
+ *                  finite step; else step += 1, adam, params_changed; parameters that are not finite after
+ *                  the update are EMG_ERR_NONFINITE (the state is then the one that update produced).
+ *                  losses of steps that did not run are set to NaN.
+ *   emg_loss_and_grad  the same batch checks; a non-finite loss (or gradient, when asked for) is
+ *                  EMG_ERR_NONFINITE. The training state is not changed.
+ *
+ * The parameter layout lives here too (EMG_OFF_* and emg_layout_of); tests/test_native_layer.py checks it
+ * against eemicrogpt_core/model.py.
+ */
+#ifndef EMG_BACKEND_H
+#define EMG_BACKEND_H
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "eemicrogpt.h"
+
+/* ---- the parameter layout (model.py TENSOR_NAMES order), as constant expressions in d_model ---- */
+#define EMG_OFF_TOK_EMB(d) 0L
+#define EMG_OFF_POS_EMB(d) ((long)EMG_VOCAB * (d))
+#define EMG_OFF_WQ(d) (EMG_OFF_POS_EMB(d) + (long)EMG_MAX_SEQ * (d))
+#define EMG_OFF_WK(d) (EMG_OFF_WQ(d) + (long)(d) * (d))
+#define EMG_OFF_WV(d) (EMG_OFF_WK(d) + (long)(d) * (d))
+#define EMG_OFF_WO(d) (EMG_OFF_WV(d) + (long)(d) * (d))
+#define EMG_OFF_WF1(d) (EMG_OFF_WO(d) + (long)(d) * (d))
+#define EMG_OFF_WF2(d) (EMG_OFF_WF1(d) + 4L * (d) * (d))
+#define EMG_OFF_WLM(d) (EMG_OFF_WF2(d) + 4L * (d) * (d))
+#define EMG_N_PARAMS(d) (EMG_OFF_WLM(d) + (long)EMG_VOCAB * (d))
+
+typedef struct emg_layout {
+    long n_params;
+    long tok_emb, pos_emb, wq, wk, wv, wo, wf1, wf2, wlm; /* tensor offsets in floats */
+} emg_layout;
+
+static inline emg_layout emg_layout_of(int d_model) {
+    const long d = d_model;
+    return (emg_layout){EMG_N_PARAMS(d), EMG_OFF_TOK_EMB(d), EMG_OFF_POS_EMB(d), EMG_OFF_WQ(d), EMG_OFF_WK(d),
+                        EMG_OFF_WV(d), EMG_OFF_WO(d), EMG_OFF_WF1(d), EMG_OFF_WF2(d), EMG_OFF_WLM(d)};
+}
+
+/* The shape rules of model.py's ModelShape: positive sizes, heads divide d_model, head_dim >= 4. */
+static inline int emg_shape_valid(int d_model, int n_heads) {
+    return d_model >= 1 && n_heads >= 1 && d_model % n_heads == 0 && d_model / n_heads >= 4;
+}
+
+/* ---- what the layer owns inside every session (the backend's struct emg_session starts with it) ---- */
+typedef struct emg_core {
+    int d_model, n_heads, max_batch;
+    emg_layout layout;
+    int64_t step; /* Adam updates applied */
+    float *params, *adam_m, *adam_v; /* the training state, n_params floats each */
+    float *grads;                    /* the kernels' gradient output, n_params floats */
+} emg_core;
+
+/* ---- the kernels a backend supplies ---- */
+typedef struct emg_backend {
+    /* 1 when kernels exist for this (already valid) shape. Pure: runs no ISA-specific code. */
+    int (*supports)(int d_model, int n_heads);
+    /* Allocate the backend's own buffers; s->core is complete and zeroed. Returns EMG_OK, EMG_ERR_NOMEM
+     * or EMG_ERR_UNSUPPORTED (e.g. the CPU lacks a feature). release is called after a failed init too. */
+    int (*init)(emg_session *s);
+    void (*release)(emg_session *s);
+    /* The parameters changed (set_state or an update): rebuild derived copies (transposes, fp16). */
+    void (*params_changed)(emg_session *s);
+    /* Mean loss of a validated batch; with want_grads, also fills s->core.grads with its gradient. */
+    float (*loss_and_grad)(emg_session *s, int batch, const uint8_t *tokens, const uint8_t *lengths,
+                           int want_grads);
+    /* One Adam update from s->core.grads with the header's constants; s->core.step is already counted. */
+    void (*adam)(emg_session *s, float lr);
+} emg_backend;
+
+/* The backend's hooks: defined once by the backend, read only by the layer (never exported). */
+#if defined(__GNUC__) || defined(__clang__)
+__attribute__((visibility("hidden")))
+#endif
+extern const emg_backend emg_this_backend;
+
+#endif /* EMG_BACKEND_H */
+
+/* The exported ABI, once per library: see the top of this file. */
+#if defined(EMG_BACKEND_IMPLEMENTATION) && !defined(EMG_BACKEND_IMPLEMENTED)
+#define EMG_BACKEND_IMPLEMENTED
+
+#if defined(__GNUC__) || defined(__clang__)
+#define EMG_API __attribute__((visibility("default")))
+#else
+#define EMG_API
+#endif
+
+static int emg_all_finite_(const float *x, long n) {
+    uint32_t worst = 0; /* the largest magnitude's bits: a max-reduction the compiler vectorises */
+    for (long i = 0; i < n; i++) {
+        uint32_t bits;
+        memcpy(&bits, x + i, sizeof bits);
+        bits &= 0x7fffffffu;
+        worst = bits > worst ? bits : worst;
+    }
+    return worst < 0x7f800000u; /* the exponent is all ones only for Inf and NaN */
+}
+
+static float *emg_alloc_state_(long n) {
+    const size_t bytes = ((size_t)n * sizeof(float) + 63) / 64 * 64;
+    float *p = aligned_alloc(64, bytes);
+    if (p != NULL) memset(p, 0, bytes);
+    return p;
+}
+
+static void emg_free_session_(emg_session *s) {
+    free(s->core.params);
+    free(s->core.adam_m);
+    free(s->core.adam_v);
+    free(s->core.grads);
+    free(s);
+}
+
+EMG_API int emg_abi_version(void) { return EMG_ABI_VERSION; }
+
+EMG_API int emg_supports(int d_model, int n_heads) {
+    return emg_shape_valid(d_model, n_heads) && emg_this_backend.supports(d_model, n_heads);
+}
+
+EMG_API int emg_create(int d_model, int n_heads, int max_batch, emg_session **out) {
+    if (out == NULL) return EMG_ERR_ARGUMENT;
+    *out = NULL;
+    if (max_batch < 1) return EMG_ERR_ARGUMENT;
+    if (!emg_supports(d_model, n_heads) || max_batch > EMG_MAX_BATCH) return EMG_ERR_UNSUPPORTED;
+    emg_session *s = calloc(1, sizeof *s);
+    if (s == NULL) return EMG_ERR_NOMEM;
+    emg_core *c = &s->core;
+    c->d_model = d_model;
+    c->n_heads = n_heads;
+    c->max_batch = max_batch;
+    c->layout = emg_layout_of(d_model);
+    c->params = emg_alloc_state_(c->layout.n_params);
+    c->adam_m = emg_alloc_state_(c->layout.n_params);
+    c->adam_v = emg_alloc_state_(c->layout.n_params);
+    c->grads = emg_alloc_state_(c->layout.n_params);
+    int status = (c->params && c->adam_m && c->adam_v && c->grads) ? emg_this_backend.init(s) : EMG_ERR_NOMEM;
+    if (status != EMG_OK) {
+        emg_this_backend.release(s);
+        emg_free_session_(s);
+        return status;
+    }
+    emg_this_backend.params_changed(s);
+    *out = s;
+    return EMG_OK;
+}
+
+EMG_API void emg_destroy(emg_session *s) {
+    if (s == NULL) return;
+    emg_this_backend.release(s);
+    emg_free_session_(s);
+}
+
+EMG_API int emg_set_state(emg_session *s, const float *params, const float *adam_m, const float *adam_v,
+                          int64_t step) {
+    if (s == NULL || params == NULL || adam_m == NULL || adam_v == NULL || step < 0) return EMG_ERR_ARGUMENT;
+    const size_t bytes = sizeof(float) * (size_t)s->core.layout.n_params;
+    memcpy(s->core.params, params, bytes);
+    memcpy(s->core.adam_m, adam_m, bytes);
+    memcpy(s->core.adam_v, adam_v, bytes);
+    s->core.step = step;
+    emg_this_backend.params_changed(s);
+    return EMG_OK;
+}
+
+EMG_API int emg_get_state(const emg_session *s, float *params, float *adam_m, float *adam_v, int64_t *step) {
+    if (s == NULL || params == NULL || adam_m == NULL || adam_v == NULL || step == NULL) return EMG_ERR_ARGUMENT;
+    const size_t bytes = sizeof(float) * (size_t)s->core.layout.n_params;
+    memcpy(params, s->core.params, bytes);
+    memcpy(adam_m, s->core.adam_m, bytes);
+    memcpy(adam_v, s->core.adam_v, bytes);
+    *step = s->core.step;
+    return EMG_OK;
+}
+
+EMG_API int emg_train_steps(emg_session *s, int n_steps, int batch, const uint8_t *tokens,
+                            const uint8_t *lengths, const float *lrs, float *losses) {
+    if (s == NULL || n_steps < 1 || tokens == NULL || lengths == NULL || lrs == NULL || losses == NULL)
+        return EMG_ERR_ARGUMENT;
+    /* Offsets in size_t: n_steps * batch * MAX_SEQ can pass INT_MAX. */
+    const size_t tok_stride = (size_t)batch * EMG_MAX_SEQ, len_stride = (size_t)batch;
+    /* Check the whole call first, so a bad step late in it cannot leave a half-applied call behind. */
+    for (int i = 0; i < n_steps; i++) {
+        if (emg_check_batch(batch, s->core.max_batch, tokens + i * tok_stride, lengths + i * len_stride) != EMG_OK
+            || !isfinite(lrs[i]))
+            return EMG_ERR_ARGUMENT;
+    }
+    const long n = s->core.layout.n_params;
+    for (int i = 0; i < n_steps; i++) {
+        const float loss = emg_this_backend.loss_and_grad(s, batch, tokens + i * tok_stride,
+                                                          lengths + i * len_stride, 1);
+        losses[i] = loss;
+        int status = EMG_OK;
+        if (!isfinite(loss) || !emg_all_finite_(s->core.grads, n)) {
+            status = EMG_ERR_NONFINITE; /* before the update: the state is as after the last finite step */
+        } else {
+            s->core.step += 1;
+            emg_this_backend.adam(s, lrs[i]);
+            emg_this_backend.params_changed(s);
+            if (!emg_all_finite_(s->core.params, n)) status = EMG_ERR_NONFINITE;
+        }
+        if (status != EMG_OK) {
+            for (int j = i + 1; j < n_steps; j++) losses[j] = NAN;
+            return status;
+        }
+    }
+    return EMG_OK;
+}
+
+EMG_API int emg_loss_and_grad(emg_session *s, int batch, const uint8_t *tokens, const uint8_t *lengths,
+                              float *loss, float *grads) {
+    if (s == NULL || loss == NULL || emg_check_batch(batch, s->core.max_batch, tokens, lengths) != EMG_OK)
+        return EMG_ERR_ARGUMENT;
+    *loss = emg_this_backend.loss_and_grad(s, batch, tokens, lengths, grads != NULL);
+    if (!isfinite(*loss)) return EMG_ERR_NONFINITE;
+    if (grads == NULL) return EMG_OK;
+    const long n = s->core.layout.n_params;
+    memcpy(grads, s->core.grads, sizeof(float) * (size_t)n);
+    return emg_all_finite_(grads, n) ? EMG_OK : EMG_ERR_NONFINITE;
+}
+
+#endif /* EMG_BACKEND_IMPLEMENTATION */

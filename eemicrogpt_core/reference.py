@@ -1,0 +1,243 @@
+"""The model's reference maths in numpy: forward, loss and backward, in float32 or float64. Read it top to bottom.
+
+The numpy_ref backend trains with it, sampling.py generates with its forward pass, and the native backends'
+tests compare their gradients with it in float64. Adam's reference is optim.adam_update.
+
+The model (one transformer block, no biases, weights stored W[out][in], so `y = x @ W.T`):
+
+    x  = rms(tok_emb[tok] + pos_emb[t])
+    h  = rms(x);  q, k, v = Wq h, Wk h, Wv h
+    x  = x + Wo · causal_softmax_attention(q, k, v)      (per head, scale 1/sqrt(head_dim))
+    h  = rms(x);  x = x + Wf2 relu(Wf1 h)
+    logits = Wlm x
+    loss = mean cross-entropy over live positions (t <= len - 2 predicts token t + 1)
+
+with rms(x) = x / sqrt(mean(x^2) + 1e-5) and no gain. There are no Python loops over sequences, positions
+or heads.
+
+Padding: position t of sequence b is live when t <= len_b - 2. Only live positions are computed: they are
+packed into N rows ([N, D] arrays) for everything except attention, which scatters them into a zero-padded
+[B, T] grid ([B, H, T, head_dim] arrays). Because attention is causal and the live positions of a sequence
+are a prefix, the zero rows at dead positions are masked out of every live row's softmax. Padding tokens
+are never read, so they cannot change a single bit of the result.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .model import MAX_SEQ, RMS_EPS, VOCAB, ModelShape, views
+
+
+@dataclass
+class Batch:
+    """The live positions of a batch, packed: row i is position positions[i] of sequence sequences[i].
+
+    Projections, norms, the FFN and the loss run on these N packed rows only (about 60% of B x T for real
+    names). Attention needs whole sequences, so it scatters rows into a zero-padded [B, T] grid with
+    T = max(len) - 1, the last position that can be live.
+    """
+
+    n_seq: int  # B
+    n_positions: int  # T
+    rows: np.ndarray  # index of each live position in the flattened [B, T] grid, row-major
+    positions: np.ndarray  # t of each live row
+    inputs: np.ndarray  # token at each live row
+    targets: np.ndarray  # token each live row predicts (the next one)
+
+    @property
+    def n_live(self) -> int:
+        return self.rows.size
+
+    def to_grid(self, packed: np.ndarray) -> np.ndarray:
+        """[N, C] -> [B, T, C] with zeros at dead positions."""
+        grid = np.zeros((self.n_seq * self.n_positions, packed.shape[-1]), dtype=packed.dtype)
+        grid[self.rows] = packed
+        return grid.reshape(self.n_seq, self.n_positions, -1)
+
+    def to_rows(self, grid: np.ndarray) -> np.ndarray:
+        """[B, T, C] -> [N, C], keeping live positions only."""
+        return grid.reshape(self.n_seq * self.n_positions, -1).take(self.rows, axis=0)
+
+
+def prepare_batch(tokens: np.ndarray, lengths: np.ndarray) -> Batch:
+    """tokens uint8 [B, MAX_SEQ], lengths uint8 [B] (already validated) -> the packed live positions.
+
+    Only tokens at live positions (inputs) and right after them (targets) are read: padding never is.
+    """
+    lengths = lengths.astype(np.intp)
+    n_seq, n_positions = lengths.size, int(lengths.max()) - 1
+    live = np.arange(n_positions) < (lengths[:, None] - 1)  # [B, T]
+    rows = np.flatnonzero(live)
+    sequences, positions = np.divmod(rows, n_positions)
+    inputs = tokens[sequences, positions].astype(np.intp)
+    targets = tokens[sequences, positions + 1].astype(np.intp)
+    return Batch(n_seq, n_positions, rows, positions, inputs, targets)
+
+
+def prefix_batch(tokens: np.ndarray) -> Batch:
+    """Token prefixes [N, T] (T <= MAX_SEQ), every position live: the batch whose logits sampling reads.
+
+    There are no targets (they are set to 0 and only the loss would read them).
+    """
+    n_seq, n_positions = tokens.shape
+    rows = np.arange(n_seq * n_positions)
+    positions = rows % n_positions
+    inputs = np.asarray(tokens, dtype=np.intp).reshape(-1)
+    return Batch(n_seq, n_positions, rows, positions, inputs, np.zeros_like(inputs))
+
+
+def rms_norm(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """y = x * r with r = 1 / sqrt(mean(x^2) + eps) over the last axis; r is kept for the backward pass."""
+    r = 1.0 / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + x.dtype.type(RMS_EPS))
+    return x * r, r
+
+
+def rms_norm_backward(dy: np.ndarray, y: np.ndarray, r: np.ndarray) -> np.ndarray:
+    """dx = r * (dy - y * mean(dy * y)): the chain rule through y = x * r(x)."""
+    return r * (dy - y * np.mean(dy * y, axis=-1, keepdims=True))
+
+
+def _heads(x: np.ndarray, n_heads: int) -> np.ndarray:
+    """[B, T, D] -> [B, H, T, head_dim]."""
+    b, t, d = x.shape
+    return x.reshape(b, t, n_heads, d // n_heads).transpose(0, 2, 1, 3)
+
+
+def _merge_heads(x: np.ndarray) -> np.ndarray:
+    """[B, H, T, head_dim] -> [B, T, D] (contiguous)."""
+    b, h, t, hd = x.shape
+    return x.transpose(0, 2, 1, 3).reshape(b, t, h * hd)
+
+
+class StepModel:
+    """Forward and backward for one model shape and dtype, over parameters held in one flat buffer.
+
+    `params` and `grads` are flat buffers in the ABI's tensor order; the named views below alias them, so
+    gradients are written straight into `grads` and Adam updates `params` in place.
+    """
+
+    def __init__(self, shape: ModelShape, params: np.ndarray, grads: np.ndarray | None = None) -> None:
+        grads = np.zeros_like(params) if grads is None else grads
+        self.shape = shape
+        self.dtype = params.dtype
+        self.params, self.grads = params, grads
+        self.p = views(shape, params)
+        self.g = views(shape, grads)
+        # Wq, Wk, Wv are adjacent in the layout, so one [3D, D] view projects q, k and v in a single matmul.
+        self.p_qkv = self._qkv_view(params)
+        self.g_qkv = self._qkv_view(grads)
+        self.scale = self.dtype.type(1.0 / np.sqrt(shape.head_dim))
+        # Additive causal mask: position t attends to s <= t only.
+        upper = np.triu(np.ones((MAX_SEQ, MAX_SEQ), dtype=bool), k=1)
+        self.causal = np.where(upper, -np.inf, 0.0).astype(self.dtype)
+
+    def _qkv_view(self, flat: np.ndarray) -> np.ndarray:
+        d = self.shape.d_model
+        start = self.shape.offsets["Wq"]
+        assert self.shape.offsets["Wv"] == start + 2 * d * d, "Wq, Wk, Wv must be adjacent in the layout"
+        return flat[start : start + 3 * d * d].reshape(3 * d, d)
+
+    # ---- forward ------------------------------------------------------------------------------------
+    def forward(self, batch: Batch) -> tuple[float, dict[str, np.ndarray]]:
+        """The mean loss of the batch and every activation the backward pass needs ([N, ...] = packed rows)."""
+        logits, cache = self.logits(batch)
+        shifted = logits - logits.max(axis=-1, keepdims=True)
+        log_probs = shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+        cache["log_probs"] = log_probs
+        return -float(log_probs[np.arange(batch.n_live), batch.targets].mean()), cache
+
+    def logits(self, batch: Batch) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """Logits [N, VOCAB] of the packed rows, and the activations the backward pass needs."""
+        p, n_heads, t = self.p, self.shape.n_heads, batch.n_positions
+
+        x0, r0 = rms_norm(p["tok_emb"][batch.inputs] + p["pos_emb"][batch.positions])  # [N, D]
+        h1, r1 = rms_norm(x0)
+
+        # Attention works on whole sequences: project the packed rows, then lay them out as [B, T].
+        qkv = batch.to_grid(h1 @ self.p_qkv.T)  # [B, T, 3D]; dead positions are zero
+        q, k, v = (_heads(part, n_heads) for part in np.split(qkv, 3, axis=-1))  # [B, H, T, hd] each
+        scores = (q @ k.swapaxes(-1, -2)) * self.scale + self.causal[:t, :t]  # [B, H, T, T]
+        scores -= scores.max(axis=-1, keepdims=True)
+        probs_att = np.exp(scores)
+        probs_att /= probs_att.sum(axis=-1, keepdims=True)
+        att = batch.to_rows(_merge_heads(probs_att @ v))  # [N, D]
+        x1 = x0 + att @ p["Wo"].T
+
+        h2, r2 = rms_norm(x1)
+        pre = h2 @ p["Wf1"].T  # [N, 4D]
+        hidden = np.maximum(pre, 0)
+        x2 = x1 + hidden @ p["Wf2"].T
+
+        cache = dict(
+            x0=x0, r0=r0, h1=h1, r1=r1, q=q, k=k, v=v, probs_att=probs_att, att=att,
+            x1=x1, h2=h2, r2=r2, pre=pre, hidden=hidden, x2=x2,
+        )
+        return x2 @ p["Wlm"].T, cache  # [N, VOCAB]
+
+    # ---- backward -----------------------------------------------------------------------------------
+    def backward(self, batch: Batch, c: dict[str, np.ndarray]) -> None:
+        """Write d(loss)/d(params) into the gradient buffer (every element is overwritten).
+
+        Weight gradients are sums over rows: dW = dy^T x for y = x W^T.
+        """
+        p, g, n = self.p, self.g, batch.n_live
+
+        # Cross-entropy, mean over the N live rows: d(loss)/d(logits) = (softmax - onehot(target)) / N.
+        dlogits = np.exp(c["log_probs"])
+        dlogits[np.arange(n), batch.targets] -= 1
+        dlogits *= self.dtype.type(1.0 / n)
+        np.matmul(dlogits.T, c["x2"], out=g["Wlm"])
+        dx2 = dlogits @ p["Wlm"]
+
+        # FFN: x2 = x1 + Wf2 relu(Wf1 h2).
+        np.matmul(dx2.T, c["hidden"], out=g["Wf2"])
+        dpre = (dx2 @ p["Wf2"]) * (c["pre"] > 0)
+        np.matmul(dpre.T, c["h2"], out=g["Wf1"])
+        dx1 = dx2 + rms_norm_backward(dpre @ p["Wf1"], c["h2"], c["r2"])
+
+        # Attention output projection: x1 = x0 + Wo att.
+        np.matmul(dx1.T, c["att"], out=g["Wo"])
+        datt = _heads(batch.to_grid(dx1 @ p["Wo"]), self.shape.n_heads)  # [B, H, T, hd]
+
+        # Softmax attention: att = P v with P = softmax(scale * q k^T + causal mask).
+        probs_att = c["probs_att"]
+        dv = probs_att.swapaxes(-1, -2) @ datt
+        dprobs = datt @ c["v"].swapaxes(-1, -2)
+        dscores = probs_att * (dprobs - (dprobs * probs_att).sum(axis=-1, keepdims=True))
+        dscores *= self.scale
+        dq = dscores @ c["k"]
+        dk = dscores.swapaxes(-1, -2) @ c["q"]
+
+        # Q, K, V projections from h1 = rms(x0), all three at once through the [3D, D] view.
+        dqkv = batch.to_rows(np.concatenate([_merge_heads(dq), _merge_heads(dk), _merge_heads(dv)], axis=-1))
+        np.matmul(dqkv.T, c["h1"], out=self.g_qkv)
+        dx0 = dx1 + rms_norm_backward(dqkv @ self.p_qkv, c["h1"], c["r1"])
+
+        # Embeddings: x0 = rms(tok_emb[tok] + pos_emb[t]). One-hot matmuls sum the rows sharing an index.
+        demb = rms_norm_backward(dx0, c["x0"], c["r0"])
+        np.matmul(self._onehot(batch.inputs, VOCAB).T, demb, out=g["tok_emb"])
+        np.matmul(self._onehot(batch.positions, MAX_SEQ).T, demb, out=g["pos_emb"])
+
+    def _onehot(self, index: np.ndarray, size: int) -> np.ndarray:
+        out = np.zeros((index.size, size), dtype=self.dtype)
+        out[np.arange(index.size), index] = 1
+        return out
+
+    def loss_and_grads(self, batch: Batch) -> float:
+        loss, cache = self.forward(batch)
+        self.backward(batch, cache)
+        return loss
+
+
+def loss_and_grads(
+    shape: ModelShape, params: np.ndarray, tokens: np.ndarray, lengths: np.ndarray, dtype: type = np.float64
+) -> tuple[float, np.ndarray, dict[str, np.ndarray]]:
+    """Mean loss, flat gradient and activations of one batch, computed in `dtype` from a copy of params."""
+    model = StepModel(shape, np.array(params, dtype=dtype))
+    batch = prepare_batch(tokens, lengths)
+    loss, cache = model.forward(batch)
+    model.backward(batch, cache)
+    return loss, model.grads, cache
