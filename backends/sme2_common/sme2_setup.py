@@ -45,7 +45,7 @@ def feature_test(f16: bool) -> str:
 #endif
 static inline __attribute__((always_inline)) void body(float *a, __fp16 *h) __arm_streaming __arm_inout("za") {{
     const svbool_t p = svwhilelt_b32(0, 4), p16 = svptrue_b16();
-    (void)p16; (void)h; (void)p;
+    (void)a; (void)p16; (void)h; (void)p;
     {mopa}
 }}
 __arm_locally_streaming __arm_new("za") void emg_feature_test(float *a, __fp16 *h) {{ body(a, h); }}

@@ -31,5 +31,6 @@ export SITE
 trap 'rm -rf "$SITE" "$SITE".*' EXIT
 stage "4. stage the project's packages" stage.sh
 stage "5. build the ARM backends through their setup.py (cross)" build.sh
+stage "5b. Darwin compile (clang 19, zig clang 22): arm64-apple-macos14" darwin.sh
 stage "6. tests under qemu-aarch64" test.sh
 echo "a64lane: all stages passed in $(elapsed "$T0" "$(now)")s"
