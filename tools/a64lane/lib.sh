@@ -26,13 +26,13 @@ now() { date +%s.%N; }
 elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", b - a }'; }
 
 # The ARM backends the lane handles: Python packages (pyproject.toml or setup.py) in backends/*/ holding a
-# build_aarch64.sh or an a64lane.conf. Other directories (shared sources) are left to the packages' builds.
+# an a64lane.conf. Other directories (shared sources, arm_common) are used by the packages' setup.py.
 lane_backends() {
   local dir
   for dir in "$REPO"/backends/*/; do
     dir=${dir%/}
     [[ -f "$dir/pyproject.toml" || -f "$dir/setup.py" ]] || continue
-    [[ -f "$dir/build_aarch64.sh" || -f "$dir/a64lane.conf" ]] && echo "$dir"
+    [[ -f "$dir/a64lane.conf" ]] && echo "$dir"
   done
   return 0
 }
