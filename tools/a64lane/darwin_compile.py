@@ -3,7 +3,8 @@ Mac, with clang 19 (what Apple clang 17 is based on) and a current clang (zig's 
 optimisation level and at -O0 (nothing may depend on the optimiser inlining a call inside a ZA-using
 function: clang 19 crashes on such a call for Darwin). Then check that every symbol the objects of a library
 leave undefined is one Apple's runtime provides: libSystem's exports (zig's libSystem.tbd) plus the SME ABI
-routines of Apple's compiler runtime. Nothing Apple can run here; this proves the build, not the code.
+routines of Apple's compiler runtime; and every object passes the same per-function SVE/SME check as the
+Linux build (a64_objcheck). Nothing Apple can run here; this proves the build, not the code.
 
 Run with the lane's build venv Python (ziglang installed): python darwin_compile.py <repo>
 """
@@ -31,6 +32,7 @@ NM = "llvm-nm-19"
 class Unit:
     source: Path
     flags: list[str]
+    no_sme: bool = True  # a64_objcheck: no SVE/SME at all (everything but the SME kernels)
 
 
 @dataclass(frozen=True)
@@ -86,7 +88,8 @@ def libraries(repo: Path, tmp: Path) -> list[Library]:
         base = backends / ext.backend if ext.backend == "neon" else backends / "sme2_common"
         common = [*(f"-D{k}={v}" for k, v in ext.define_macros),
                   *(f"-I{(base / d).resolve()}" for d in ext.include_dirs)]
-        units = [Unit((base / s).resolve(), [*common, *ext.extra_compile_args]) for s in ext.sources]
+        units = [Unit((base / s).resolve(), [*common, *ext.extra_compile_args], ext.objcheck.no_sme)
+                 for s in ext.sources]
         units += [Unit(Path(s), [*common, *flags]) for s, flags in ext.plain.items()]
         test = None
         if ext.feature_test:
@@ -104,6 +107,12 @@ def symbols(objects: list[Path], *flags: str) -> set[str]:
 
 def main(repo: Path) -> int:
     allowed = libsystem_exports() | SME_ABI
+    sys.path.insert(0, str(repo / "backends" / "arm_common"))
+    import a64_objcheck
+
+    objdump = a64_objcheck.find_objdump()
+    streaming = a64_objcheck.streaming_functions(repo / "backends" / "sme2_common" / "sme2_gemm.c")
+    streaming |= {"_" + name for name in streaming}  # Mach-O prefixes C names with an underscore
     failures = 0
     with tempfile.TemporaryDirectory() as tmp:
         for compiler, cc in compilers().items():
@@ -124,6 +133,10 @@ def main(repo: Path) -> int:
                             continue
                         if unit not in tests:
                             objects.append(obj)
+                            # Darwin codegen gets the same per-function SVE/SME check as the Linux build.
+                            for problem in a64_objcheck.check_file(obj, objdump, streaming, unit.no_sme):
+                                failures += 1
+                                print(f"FAILED {compiler} {lib.name} {unit.source.name}: {problem}")
                     if len(objects) < len(lib.units):
                         continue
                     undefined = symbols(objects, "-u") - symbols(objects, "--defined-only")
