@@ -4,7 +4,7 @@ Emulated wall time means nothing; executed instructions are a speed proxy we can
 backend and size, a small C driver (a64_insn_driver.c, no Python in the process) runs training steps on the
 library built through its setup.py (the aarch64 lane's build stage), and QEMU logs one line per executed
 instruction inside the library's, libc's and libm's text (`QEMU_LOG=exec,nochain QEMU_ONE_INSN_PER_TB=1
-QEMU_DFILTER=...`, read through a pipe, never stored). Two runs, with S1 and S2 steps, are subtracted per
+QEMU_DFILTER=...`, piped from QEMU's stderr into awk, never stored). Two runs, with S1 and S2 steps, are subtracted per
 instruction address, so session set-up cancels out: what is left is exactly (S2 - S1) steps. Each address
 is then mapped to its function and instruction with llvm-objdump-19 and counted by
 - phase (by function): streaming kernels (SME: `__arm_streaming` functions, the locally-streaming entry
@@ -29,7 +29,6 @@ import re
 import subprocess
 import sys
 import tempfile
-import threading
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -111,29 +110,29 @@ def build_driver(out: Path) -> Path:
 
 
 def run_driver(lane: Lane, cpu: str, argv: list[str], dfilter: str, log_dir: Path) -> tuple[str, Counter]:
-    """Run the driver under QEMU (host ASLR off, so addresses repeat between runs); count logged PCs."""
-    env = {**os.environ, "QEMU_CPU": cpu, "QEMU_LD_PREFIX": str(lane.sysroot)}
+    """Run the driver under QEMU (host ASLR off, so addresses repeat between runs); count logged PCs.
+
+    QEMU writes its log to stderr (no QEMU_LOG_FILENAME), piped straight into awk: nothing is stored."""
+    env = {**os.environ, "QEMU_CPU": cpu, "QEMU_LD_PREFIX": str(lane.sysroot), "QEMU_LOG": "exec,nochain",
+           "QEMU_ONE_INSN_PER_TB": "1", "QEMU_DFILTER": dfilter}
+    env.pop("QEMU_LOG_FILENAME", None)
+    # One line per executed instruction: "Trace 0: 0x<host> [<flags>/<guest pc>/...] <symbol>".
+    program = '/^Trace/ {c[$2]++; next} {print > "/dev/stderr"} END {for (k in c) print k, c[k]}'
+    with tempfile.TemporaryFile("w+", dir=log_dir) as out:
+        qemu = subprocess.Popen(["setarch", "-R", str(lane.qemu), *argv], env=env, stdout=out,
+                                stderr=subprocess.PIPE)
+        awk = subprocess.run(["awk", "-F/", program], stdin=qemu.stderr, capture_output=True, text=True)
+        qemu.stderr.close()
+        status = qemu.wait()
+        out.seek(0)
+        stdout = out.read()
+    if status or awk.returncode:
+        sys.exit(f"a64_insn_count: driver failed ({status}): {awk.stderr.strip()[-2000:]}")
     counts: Counter = Counter()
-    fifo = log_dir / "qemu.fifo"
-    if fifo.exists():
-        fifo.unlink()
-    os.mkfifo(fifo)
-    env.update(QEMU_LOG="exec,nochain", QEMU_ONE_INSN_PER_TB="1", QEMU_DFILTER=dfilter, QEMU_LOG_FILENAME=str(fifo))
-
-    def read() -> None:  # one line per executed instruction: "Trace 0: 0x... [flags/PC/...] sym"
-        awk = subprocess.run(["awk", "-F/", "NF > 2 {c[$2]++} END {for (k in c) print k, c[k]}", str(fifo)],
-                             check=True, capture_output=True, text=True)
-        for line in awk.stdout.splitlines():
-            pc, n = line.split()
-            counts[int(pc, 16)] += int(n)
-
-    reader = threading.Thread(target=read)
-    reader.start()
-    done = subprocess.run(["setarch", "-R", str(lane.qemu), *argv], env=env, capture_output=True, text=True)
-    reader.join()
-    if done.returncode:
-        sys.exit(f"a64_insn_count: driver failed ({done.returncode}): {done.stderr.strip()}")
-    return done.stdout, counts
+    for line in awk.stdout.splitlines():
+        pc, n = line.split()
+        counts[int(pc, 16)] += int(n)
+    return stdout, counts
 
 
 @dataclass
