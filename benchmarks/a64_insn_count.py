@@ -165,8 +165,9 @@ def count(lane: Lane, cpu: str, driver: Path, library: Path, d_model: int, n_hea
           steps: tuple[int, int], work: Path, streaming: set[str]) -> tuple[float, dict, Counter]:
     argv = [str(driver), str(library), str(d_model), str(n_heads), str(batch)]
     # libc's and libm's load addresses shift with QEMU's own logging set-up, so each logged run is repeated
-    # with the ranges it reported until they match the filter it ran with (the library itself stays put).
-    dfilter, runs, maps = "0x0+0x4", [], {}
+    # with the ranges it reported until they match the filter it ran with. Counts are then keyed by
+    # (file, ELF address) with that run's own load bases, so the runs compare even if a library moved.
+    dfilter, runs = "0x0+0x4", []
     for n in steps:
         for _attempt in range(4):
             out, counts = run_driver(lane, cpu, [*argv, str(n)], dfilter, work)
@@ -177,16 +178,19 @@ def count(lane: Lane, cpu: str, driver: Path, library: Path, d_model: int, n_hea
             dfilter = wanted
         else:
             sys.exit(f"a64_insn_count: load addresses keep moving between runs:\n{out}")
-        runs.append(counts)
-    per_step = {pc: (runs[1][pc] - runs[0].get(pc, 0)) / (steps[1] - steps[0]) for pc in runs[1]}
+        located: Counter = Counter()
+        for pc, c in counts.items():
+            path = next(p for p, m in maps.items() if any(lo <= pc < hi for lo, hi in m.text))
+            located[(path, pc - maps[path].base)] += c
+        runs.append(located)
+    per_step = {key: (runs[1][key] - runs[0].get(key, 0)) / (steps[1] - steps[0]) for key in runs[1]}
     table: dict[tuple[str, str], float] = defaultdict(float)
     functions: Counter = Counter()
     decoded = {path: address_map(Path(path)) for path in maps}
-    for pc, n in per_step.items():
+    for (path, address), n in per_step.items():
         if not n:
             continue
-        path = next(p for p, m in maps.items() if any(lo <= pc < hi for lo, hi in m.text))
-        function, insn = decoded[path].get(pc - maps[path].base, ("?", None))
+        function, insn = decoded[path].get(address, ("?", None))
         is_lib = Path(path).resolve() == library.resolve()
         ph = phase(function, streaming) if is_lib else "libc/libm"
         table[(ph, kind(insn) if insn else "scalar")] += n
