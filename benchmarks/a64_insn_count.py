@@ -38,6 +38,7 @@ sys.path.insert(0, str(REPO / "backends" / "arm_common"))
 import a64_objcheck as objcheck  # noqa: E402
 
 APPLE_PROFILE = "max,sve=off,sme_fa64=off,sme512=on"
+SHARED_OBJECT_REGION = "0x7ff000000000+0x10000000000"  # QEMU user mode maps libraries just below 0x800000000000
 BACKENDS = {  # name -> (lane build dir, package dir, n_heads per d_model)
     "neon": ("neon", "eemicrogpt_backend_neon"),
     "sme2_f32": ("sme2_f32", "eemicrogpt_backend_sme2"),
@@ -164,24 +165,18 @@ def address_map(path: Path) -> dict[int, tuple[str, objcheck.Insn]]:
 def count(lane: Lane, cpu: str, driver: Path, library: Path, d_model: int, n_heads: int, batch: int,
           steps: tuple[int, int], work: Path, streaming: set[str]) -> tuple[float, dict, Counter]:
     argv = [str(driver), str(library), str(d_model), str(n_heads), str(batch)]
-    # libc's and libm's load addresses shift with QEMU's own logging set-up, so each logged run is repeated
-    # with the ranges it reported until they match the filter it ran with. Counts are then keyed by
-    # (file, ELF address) with that run's own load bases, so the runs compare even if a library moved.
-    dfilter, runs = "0x0+0x4", []
+    # One fixed filter over the whole region where the loader maps shared objects: a filter built from the
+    # reported mappings would itself move libc and libm (QEMU's set-up depends on it). Counts are keyed by
+    # (file, ELF address) with each run's own load bases; PCs outside the three files (ld.so) are dropped.
+    runs = []
     for n in steps:
-        for _attempt in range(4):
-            out, counts = run_driver(lane, cpu, [*argv, str(n)], dfilter, work)
-            maps = mappings(out)
-            wanted = ",".join(f"{lo:#x}+{hi - lo:#x}" for m in maps.values() for lo, hi in m.text)
-            if wanted == dfilter:
-                break
-            dfilter = wanted
-        else:
-            sys.exit(f"a64_insn_count: load addresses keep moving between runs:\n{out}")
+        out, counts = run_driver(lane, cpu, [*argv, str(n)], SHARED_OBJECT_REGION, work)
+        maps = mappings(out)
         located: Counter = Counter()
         for pc, c in counts.items():
-            path = next(p for p, m in maps.items() if any(lo <= pc < hi for lo, hi in m.text))
-            located[(path, pc - maps[path].base)] += c
+            path = next((p for p, m in maps.items() if any(lo <= pc < hi for lo, hi in m.text)), None)
+            if path is not None:
+                located[(path, pc - maps[path].base)] += c
         runs.append(located)
     per_step = {key: (runs[1][key] - runs[0].get(key, 0)) / (steps[1] - steps[0]) for key in runs[1]}
     table: dict[tuple[str, str], float] = defaultdict(float)
