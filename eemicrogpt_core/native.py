@@ -195,6 +195,22 @@ def find_library(package_dir: str | Path, stem: str) -> Path | None:
     return None
 
 
+def not_built_reason(package_dir: str | Path, stem: str) -> str | None:
+    """Why the build left no library, as its setup.py wrote it (`<stem>.not-built.txt`), or None."""
+    note = Path(package_dir) / f"{stem}.not-built.txt"
+    return note.read_text().strip() if note.is_file() else None
+
+
+def library_load_error(library_path: str | Path) -> str | None:
+    """None when the library loads and speaks this ABI, otherwise why not (probes call this last, on a CPU
+    they already checked: a missing runtime symbol must say so here, not at the first training step)."""
+    try:
+        load_library(str(library_path))
+    except (OSError, RuntimeError, AttributeError) as exc:
+        return f"{Path(library_path).name} does not load: {exc}"
+    return None
+
+
 def supports(library_path: str, shape: ModelShape) -> bool:
     return bool(load_library(library_path).emg_supports(shape.d_model, shape.n_heads))
 

@@ -1,22 +1,29 @@
 """Builds the Neon kernels as a plain C shared library (loaded with cffi, never imported).
 
-The Extension is declared only on aarch64/arm64 hosts: elsewhere the package installs as pure Python and
-its probe explains why the backend is unavailable.
+The Extension is declared only when building for aarch64 Linux or Apple silicon (natively, or cross-built
+by the aarch64 lane through this same file): elsewhere the package installs as pure Python and its probe
+explains why the backend is unavailable. The build command (strict linking, arm64-only on universal2
+Pythons, the check that no SVE/SME instruction slipped in) is ../arm_common/arm_setup.py.
 """
 
 from __future__ import annotations
 
 import os
-import platform
 import sys
 from pathlib import Path
 
-from setuptools import Extension, setup
+from setuptools import setup
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # backends/lockstep.py: version and core pin
 from lockstep import lockstep
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "arm_common"))
+from arm_setup import ArmBuildExt, ArmExtension, ObjCheck, is_arm_target, target_os  # noqa: E402
+
+# Armv8.0-A: Advanced SIMD is baseline and the kernels use no FP16 instruction, so Cortex-A72 (Raspberry
+# Pi 4, Graviton 1) runs them. Apple clang's default target is already Apple silicon.
+LINUX_ARCH = "-march=armv8-a"
 
 
 def include_dir() -> str:
@@ -31,22 +38,27 @@ def include_dir() -> str:
     return get_include()
 
 
-def extensions() -> list[Extension]:
-    if platform.machine().lower() not in ("aarch64", "arm64"):
+def compile_args(os_name: str) -> list[str]:
+    return ["-std=c11", "-O3", *([] if os_name == "darwin" else [LINUX_ARCH])]
+
+
+def extensions() -> list[ArmExtension]:
+    if not is_arm_target():
         return []
-    # Apple clang targets Apple silicon (Neon + fp16) by default; Linux needs the architecture spelt out.
-    arch = [] if sys.platform == "darwin" else ["-march=armv8.2-a+fp16"]
     sources = sorted(str(p.relative_to(HERE)) for p in (HERE / "csrc").glob("*.c"))
     return [
-        Extension(
+        ArmExtension(
             "eemicrogpt_backend_neon._neon_kernels",
+            backend="neon",
             sources=sources,
             include_dirs=[include_dir(), "csrc"],
             depends=[str(p) for p in (*(HERE / "csrc").glob("*.h"), *Path(include_dir()).glob("*.h"))],
-            extra_compile_args=["-std=c11", "-O3", *arch],
+            extra_compile_args=compile_args(target_os()),
             libraries=["m"],
+            objcheck=ObjCheck(no_sme=True),
         )
     ]
 
 
-setup(ext_modules=extensions(), **lockstep())
+if __name__ == "__main__":
+    setup(ext_modules=extensions(), cmdclass={"build_ext": ArmBuildExt}, **lockstep())

@@ -12,8 +12,10 @@
  * ReLU, ReLU-backward gate. This is the "readout with the neighbouring elementwise op" pattern: the row
  * is in a register anyway, so the residual add, the clamp and the mask cost no extra pass over memory.
  * `last` is 0 while more fp16 chunks are still to be added (the gate and clamp wait for the full sum). */
-static inline void put_row(const emg_gemm *g, int row, int col, svbool_t pc, svfloat32_t v, int add,
-                           int last) __arm_streaming {
+/* always_inline: a call from the ZA-using gemm_body would need a lazy ZA save around it, which clang 19
+ * (Apple clang 17) crashes on for Darwin; never leave that to the optimiser (tools/a64lane darwin stage). */
+static inline __attribute__((always_inline)) void put_row(const emg_gemm *g, int row, int col, svbool_t pc,
+                                                          svfloat32_t v, int add, int last) __arm_streaming {
     const long at = (long)row * g->ldc + col;
     float *c = g->C + at;
     v = svmul_n_f32_x(pc, v, g->alpha);

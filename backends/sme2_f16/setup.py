@@ -1,7 +1,7 @@
 """Builds sme2_f16 (fp16 FMOPA)'s plain C library from ../sme2_common on aarch64 Linux/macOS only.
 
 Elsewhere (and when staged without the sibling sources) the package installs as pure Python and its
-probe says why the backend is unavailable. The aarch64 lane cross-builds with build_aarch64.sh instead.
+probe says why the backend is unavailable. The aarch64 lane cross-builds through this same file.
 """
 
 import sys

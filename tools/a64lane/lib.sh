@@ -6,11 +6,14 @@ REPO=${REPO:-$(cd "$A64_TOOLS/../.." && pwd)}
 L=${A64_LANE_DIR:-$REPO/.a64lane}          # cache: downloads, sysroot, wheels (safe to delete)
 SR=$L/sysroot                              # aarch64 runtime sysroot (QEMU_LD_PREFIX)
 QEMU=$L/qemu/usr/bin/qemu-aarch64          # static QEMU 11 user-mode binary
-RT=$L/rt/usr/lib/llvm-19/lib/clang/19/lib/linux/libclang_rt.builtins-aarch64.a
 WHEEL_SITE=$L/site-wheels                  # third-party aarch64 wheels, installed once
 PY_A64=$SR/usr/bin/python3.11              # started by its sysroot path so sys.prefix is right
 HOST_PY=${HOST_PY:-python3}                # must be CPython 3.11 (same .pyc magic as the sysroot's)
-export REPO L SR QEMU RT WHEEL_SITE PY_A64 HOST_PY
+BUILD_VENV=$L/buildenv                     # host venv: the setuptools the pyprojects need, ziglang
+BUILD_PY=$BUILD_VENV/bin/python
+RT_DIR=$L/rt/usr/lib/llvm-19/lib/clang/19  # clang resource dir holding the aarch64 compiler-rt builtins
+RT=$RT_DIR/lib/linux/libclang_rt.builtins-aarch64.a
+export REPO L SR QEMU RT RT_DIR WHEEL_SITE PY_A64 HOST_PY BUILD_VENV BUILD_PY
 
 die() { echo "a64lane: error: $*" >&2; exit 1; }
 
@@ -23,13 +26,13 @@ now() { date +%s.%N; }
 elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", b - a }'; }
 
 # The ARM backends the lane handles: Python packages (pyproject.toml or setup.py) in backends/*/ holding a
-# build_aarch64.sh or an a64lane.conf. Other directories (shared sources) are left to the packages' builds.
+# an a64lane.conf. Other directories (shared sources, arm_common) are used by the packages' setup.py.
 lane_backends() {
   local dir
   for dir in "$REPO"/backends/*/; do
     dir=${dir%/}
     [[ -f "$dir/pyproject.toml" || -f "$dir/setup.py" ]] || continue
-    [[ -f "$dir/build_aarch64.sh" || -f "$dir/a64lane.conf" ]] && echo "$dir"
+    [[ -f "$dir/a64lane.conf" ]] && echo "$dir"
   done
   return 0
 }

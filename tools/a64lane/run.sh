@@ -22,6 +22,7 @@ flock 9
 stage "1. host toolchain" toolchain.sh
 stage "2. QEMU, compiler-rt and the aarch64 CPython sysroot" fetch.sh
 stage "3. aarch64 wheels" wheels.sh
+stage "3b. host build venv (setuptools, ziglang)" buildenv.sh
 flock -u 9
 
 # Everything below is per run, in a private site dir, so concurrent runs do not disturb each other.
@@ -29,6 +30,7 @@ SITE=$(mktemp -d "$L/run.XXXXXX")
 export SITE
 trap 'rm -rf "$SITE" "$SITE".*' EXIT
 stage "4. stage the project's packages" stage.sh
-stage "5. cross-build the ARM backends" build.sh
+stage "5. build the ARM backends through their setup.py (cross)" build.sh
+stage "5b. Darwin compile (clang 19, zig clang 22): arm64-apple-macos14" darwin.sh
 stage "6. tests under qemu-aarch64" test.sh
 echo "a64lane: all stages passed in $(elapsed "$T0" "$(now)")s"

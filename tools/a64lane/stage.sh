@@ -1,7 +1,8 @@
 #!/bin/bash
-# Stage 4: install the project's pure-Python packages (with their .dist-info and entry points, which the
-# registry discovers backends by) into the run's site dir $SITE. Sources are copied first so that the
-# host pip's in-tree builds never leave build/ or *.egg-info behind in the working tree.
+# Stage 4: install the project's pure-Python packages, the core and numpy_ref (with their .dist-info and
+# entry points, which the registry discovers backends by) into the run's site dir $SITE. The ARM backends
+# are built by stage 5. Sources are copied first so that pip's in-tree builds never leave build/ or
+# *.egg-info behind in the working tree.
 set -euo pipefail
 # shellcheck source=tools/a64lane/lib.sh
 source "$(dirname "$0")/lib.sh"
@@ -20,20 +21,16 @@ copy_tree() { # copy_tree FROM TO [paths...]: the given paths (default: all) wit
 
 core_paths=(pyproject.toml eemicrogpt_core)
 for f in README.md setup.py LICENSE; do [[ -e "$REPO/$f" ]] && core_paths+=("$f"); done
-# The repository's layout is kept: each backend's setup.py reads ../lockstep.py (its version and core pin).
+# The repository's layout is kept: numpy_ref's setup.py reads ../lockstep.py (its version and core pin).
+# The ARM backends are built and installed by build.sh, through their setup.py.
 copy_tree "$REPO" "$src" "${core_paths[@]}"
 copy_tree "$REPO/backends" "$src/backends" lockstep.py
 projects=("$src")
-for dir in $(lane_backends); do
-  name=$(basename "$dir")
-  copy_tree "$dir" "$src/backends/$name"
-  projects+=("$src/backends/$name")
-done
 [[ -d "$REPO/backends/numpy_ref" ]] || die "backends/numpy_ref is missing: the conformance kit needs it"
 copy_tree "$REPO/backends/numpy_ref" "$src/backends/numpy_ref"
 projects+=("$src/backends/numpy_ref")
 
-"$HOST_PY" -m pip install -q --no-deps --no-build-isolation --no-compile --target "$SITE" "${projects[@]}" \
+"$BUILD_PY" -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation --no-compile --target "$SITE" "${projects[@]}" \
   2>&1 | grep -v -e 'Running pip as the .root. user' -e 'pypi-more' || true
 rm -rf "$src"
 n_dist=$(find "$SITE" -maxdepth 1 -name '*.dist-info' | wc -l)

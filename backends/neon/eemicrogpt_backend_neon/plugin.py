@@ -8,7 +8,14 @@ from pathlib import Path
 from eemicrogpt_core.backend import BackendSession, BackendSpec, ProbeResult
 from eemicrogpt_core.hookspec import hookimpl
 from eemicrogpt_core.model import ModelShape
-from eemicrogpt_core.native import MAX_BATCH, find_library, library_supports, native_session_factory
+from eemicrogpt_core.native import (
+    MAX_BATCH,
+    find_library,
+    library_load_error,
+    library_supports,
+    native_session_factory,
+    not_built_reason,
+)
 
 from . import probe
 
@@ -26,11 +33,15 @@ def _probe() -> ProbeResult:
     reason = probe.unavailable_reason()
     if reason is not None:
         return ProbeResult.no(reason)
-    if library_path() is None:
-        return ProbeResult.no(
+    path = library_path()
+    if path is None:
+        why = not_built_reason(PACKAGE_DIR, LIBRARY_STEM)
+        return ProbeResult.no(why or (
             f"neon: the kernels library {LIBRARY_STEM}.so was not built into {PACKAGE_DIR} "
             "(reinstall eemicrogpt-backend-neon from source on this machine)"
-        )
+        ))
+    if (error := library_load_error(path)) is not None:
+        return ProbeResult.no(f"neon: {error}")
     return ProbeResult.ok(SCORE, "Advanced SIMD detected")
 
 

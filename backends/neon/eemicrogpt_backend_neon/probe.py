@@ -1,8 +1,8 @@
 """Does this CPU have Advanced SIMD (Neon)? Asked of the OS through ctypes: no code of ours runs natively.
 
-Linux: getauxval(AT_HWCAP) must report HWCAP_ASIMD and, because the kernels are compiled for
-armv8.2-a+fp16, HWCAP_FPHP and HWCAP_ASIMDHP too. macOS: sysctlbyname("hw.optional.AdvSIMD") (every Apple
-silicon core is Armv8.4 or later). The readers are
+Linux: getauxval(AT_HWCAP) must report HWCAP_ASIMD; the kernels are built for Armv8.0-A and use no FP16
+instruction, so Cortex-A72 (Raspberry Pi 4, Graviton 1) qualifies. macOS: sysctlbyname("hw.optional.AdvSIMD")
+(every Apple silicon core is Armv8.4 or later). The readers are
 module-level functions so tests can replace them (QEMU cannot remove Advanced SIMD from an aarch64 CPU).
 """
 
@@ -18,8 +18,6 @@ from eemicrogpt_core.cpu_features import (  # module-level names: tests replace 
 )
 
 HWCAP_ASIMD = 1 << 1
-HWCAP_FPHP = 1 << 9
-HWCAP_ASIMDHP = 1 << 10
 __all__ = ["ARM_MACHINES", "linux_hwcap", "machine", "macos_sysctl_int", "os_name", "unavailable_reason"]
 
 
@@ -35,11 +33,8 @@ def unavailable_reason() -> str | None:
         return f"neon: requires an aarch64 CPU with Advanced SIMD; this machine is {arch}"
     system = os_name()
     if system.startswith("linux"):
-        hwcap = linux_hwcap()
-        if not hwcap & HWCAP_ASIMD:
+        if not linux_hwcap() & HWCAP_ASIMD:
             return "neon: this aarch64 CPU does not report Advanced SIMD (HWCAP_ASIMD missing from AT_HWCAP)"
-        if (hwcap & (HWCAP_FPHP | HWCAP_ASIMDHP)) != HWCAP_FPHP | HWCAP_ASIMDHP:
-            return "neon: the kernels are built for Armv8.2-A with FP16; this CPU lacks FP16 (HWCAP_ASIMDHP)"
         return None
     if system == "darwin":
         if not macos_sysctl_int("hw.optional.AdvSIMD"):

@@ -68,6 +68,11 @@ def _absent(feature: Feature, system: str) -> str | None:
     return f"this aarch64 CPU: {feature.hwcap2_name} missing from AT_HWCAP2"
 
 
+def reports(feature: Feature) -> bool:
+    """Does the OS report `feature` on this aarch64 machine (AT_HWCAP2 on Linux, sysctl on macOS)?"""
+    return _absent(feature, "darwin" if os_name() == "darwin" else "linux") is None
+
+
 def unavailable_reason(backend: str, f16f16: bool) -> str | None:
     """None when `backend` can run here, otherwise why not (a sentence starting with "<backend>:")."""
     features = (SME2, SME_F16F16) if f16f16 else (SME2,)

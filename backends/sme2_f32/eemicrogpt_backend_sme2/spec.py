@@ -6,7 +6,14 @@ from pathlib import Path
 
 from eemicrogpt_core.backend import BackendSession, BackendSpec, ProbeResult
 from eemicrogpt_core.model import ModelShape
-from eemicrogpt_core.native import MAX_BATCH, find_library, library_supports, native_session_factory
+from eemicrogpt_core.native import (
+    MAX_BATCH,
+    find_library,
+    library_load_error,
+    library_supports,
+    native_session_factory,
+    not_built_reason,
+)
 
 from . import probe
 
@@ -26,11 +33,14 @@ def sme2_spec(
         reason = probe.unavailable_reason(name, f16f16)
         if reason is not None:
             return ProbeResult.no(reason)
-        if library() is None:
-            return ProbeResult.no(
+        path = library()
+        if path is None:
+            return ProbeResult.no(not_built_reason(package_dir, stem) or (
                 f"{name}: the kernels library {stem}.so was not built into {package_dir} "
-                f"(reinstall it from source on this machine with clang, or run the aarch64 lane)"
-            )
+                f"(reinstall it from source on this machine with clang >= 19, or run the aarch64 lane)"
+            ))
+        if (error := library_load_error(path)) is not None:
+            return ProbeResult.no(f"{name}: {error}")
         note = f"SME2{' + FEAT_SME_F16F16' if f16f16 else ''}, {probe.streaming_vector_bits()}-bit streaming vectors"
         return ProbeResult.ok(score, note)
 

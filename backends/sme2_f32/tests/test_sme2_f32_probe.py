@@ -98,13 +98,13 @@ def test_real_probe_on_this_machine() -> None:
         want = f"sme2_f32: requires an aarch64 CPU with FEAT_SME2; this machine is {probe.machine()}"
         assert entry.status_reason == want
         return
-    has_sme2 = bool(probe.linux_hwcap2() & probe.HWCAP2_SME2)
+    has_sme2 = probe.reports(probe.SME2)
     built = native.find_library(plugin.PACKAGE_DIR, plugin.LIBRARY_STEM) is not None
     assert entry.available == (has_sme2 and built), entry.status_reason
     if not has_sme2:
-        assert "HWCAP2_SME2 missing" in entry.status_reason
-    else:  # the note reports the streaming vector length the kernel gives this process
-        bits = 8 * probe.linux_sme_vl_bytes()
+        assert "FEAT_SME2, not reported" in entry.status_reason
+    else:  # the note reports the streaming vector length the OS gives this process
+        bits = probe.streaming_vector_bits()
         assert bits in (128, 256, 512, 1024, 2048)
         assert f"{bits}-bit streaming vectors" in entry.status_reason
 
@@ -115,7 +115,7 @@ def test_library_refuses_a_cpu_without_sme2() -> None:
     path = native.find_library(plugin.PACKAGE_DIR, plugin.LIBRARY_STEM)
     assert path is not None, "the lane must have built _emg_sme2.so"
     shape = ModelShape(64, 4)
-    if probe.linux_hwcap2() & probe.HWCAP2_SME2:
+    if probe.reports(probe.SME2):
         session = native.NativeSession(str(path), shape, 4)
         assert session.get_state().params.shape == (shape.n_params,)
         session.close()
@@ -129,6 +129,7 @@ def _fake_library(monkeypatch: pytest.MonkeyPatch) -> None:
     """Stand-ins for the built library and its emg_supports (d_model 64 and 128), so this runs on any host."""
     monkeypatch.setattr(spec, "find_library", lambda directory, stem: Path(directory) / f"{stem}.so")
     monkeypatch.setattr(native, "supports", lambda path, shape: shape.d_model in (64, 128))
+    monkeypatch.setattr(spec, "library_load_error", lambda path: None)  # the pretend library "loads"
 
 
 @pytest.mark.parametrize(
@@ -173,3 +174,25 @@ def test_auto_on_this_cpu_prefers_sme2_f32_over_neon() -> None:
     assert registry.select("auto", ModelShape(64, 4), 16).name == "sme2_f32"
     assert registry.select("auto", ModelShape(32, 4), 16).name == "neon"
 
+
+
+@pytest.mark.parametrize("f16f16", [False, True])
+def test_library_that_does_not_load_is_unavailable(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, f16f16: bool
+) -> None:
+    """A library missing a runtime routine fails at dlopen: the probe must say so, not report available."""
+    monkeypatch.setattr(probe, "unavailable_reason", lambda backend, f16f16: None)
+    monkeypatch.setattr(probe, "streaming_vector_bits", lambda: 512)
+    broken = tmp_path / "_emg_sme2.so"
+    broken.write_bytes(b"not an ELF file")
+    result = spec.sme2_spec("sme2_x", "test", tmp_path, "_emg_sme2", f16f16, score=5).probe()
+    assert not result.available
+    assert result.reason.startswith("sme2_x: _emg_sme2.so does not load:")
+
+
+def test_build_failure_reason_is_the_probe_reason(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(probe, "unavailable_reason", lambda backend, f16f16: None)
+    why = "sme2_x: the kernels library was not built: use clang >= 19"
+    (tmp_path / "_emg_sme2.not-built.txt").write_text(why + "\n")
+    result = spec.sme2_spec("sme2_x", "test", tmp_path, "_emg_sme2", False, score=5).probe()
+    assert not result.available and result.reason == why
