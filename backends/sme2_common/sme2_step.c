@@ -9,6 +9,7 @@
  * of the summed loss (dlogits = softmax - onehot, O(1) per row): that is loss scaling for the fp16 build,
  * and 1/N is applied once, in the fp32 readout of the weight gradients.
  */
+#include <arm_neon.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -83,15 +84,55 @@ static void session_free(emg_session *s) {
 
 /* ---- layout helpers -------------------------------------------------------------------------- */
 
-/* dst[c][r] = src[r][c] for a [rows][cols] source, converting to the operand type; 8x8 blocks keep
- * both sides cache-friendly. */
-static void transpose_op(op_t *restrict dst, const float *restrict src, int rows, int cols) {
-    for (int r0 = 0; r0 < rows; r0 += 8)
-        for (int c0 = 0; c0 < cols; c0 += 8) {
-            const int r1 = r0 + 8 < rows ? r0 + 8 : rows, c1 = c0 + 8 < cols ? c0 + 8 : cols;
-            for (int c = c0; c < c1; c++)
-                for (int r = r0; r < r1; r++) dst[(long)c * rows + r] = (op_t)src[(long)r * cols + c];
+/* Transpose one 4x4 block in registers (source rows ls apart): two TRN rounds, 32-bit then 64-bit,
+ * instead of 16 strided scalar moves. */
+static inline float32x4x4_t transpose4x4(const float *src, long ls) {
+    const float32x4x2_t ab = vtrnq_f32(vld1q_f32(src), vld1q_f32(src + ls));
+    const float32x4x2_t ce = vtrnq_f32(vld1q_f32(src + 2 * ls), vld1q_f32(src + 3 * ls));
+    const float64x2_t ab0 = vreinterpretq_f64_f32(ab.val[0]), ab1 = vreinterpretq_f64_f32(ab.val[1]);
+    const float64x2_t ce0 = vreinterpretq_f64_f32(ce.val[0]), ce1 = vreinterpretq_f64_f32(ce.val[1]);
+    return (float32x4x4_t){{vreinterpretq_f32_f64(vtrn1q_f64(ab0, ce0)), vreinterpretq_f32_f64(vtrn1q_f64(ab1, ce1)),
+                            vreinterpretq_f32_f64(vtrn2q_f64(ab0, ce0)), vreinterpretq_f32_f64(vtrn2q_f64(ab1, ce1))}};
+}
+
+/* dst[c][r] = src[r][c] for a [rows][cols] source, as fp32 (half = 0) or fp16 (half = 1): Neon 4x4
+ * blocks (seed #19); the ragged right and bottom edges (a packed row count, V = 27) are scalar. Callers
+ * pass a constant `half`, so each use compiles to one specialised loop. */
+static inline __attribute__((always_inline)) void transpose_to(void *restrict dst, const float *restrict src,
+                                                                int rows, int cols, int half) {
+    float *restrict d32 = dst;
+    __fp16 *restrict d16 = dst;
+    const int r4 = rows & ~3, c4 = cols & ~3;
+    for (int r = 0; r < r4; r += 4) {
+        for (int c = 0; c < c4; c += 4) {
+            const float32x4x4_t t = transpose4x4(src + (long)r * cols + c, cols);
+            for (int i = 0; i < 4; i++) {
+                const long at = (long)(c + i) * rows + r;
+                if (half) vst1_f16((float16_t *)(d16 + at), vcvt_f16_f32(t.val[i]));
+                else vst1q_f32(d32 + at, t.val[i]);
+            }
         }
+        for (int c = c4; c < cols; c++)
+            for (int k = r; k < r + 4; k++) {
+                const float x = src[(long)k * cols + c];
+                if (half) d16[(long)c * rows + k] = (__fp16)x;
+                else d32[(long)c * rows + k] = x;
+            }
+    }
+    for (int r = r4; r < rows; r++)
+        for (int c = 0; c < cols; c++) {
+            const float x = src[(long)r * cols + c];
+            if (half) d16[(long)c * rows + r] = (__fp16)x;
+            else d32[(long)c * rows + r] = x;
+        }
+}
+
+/* Transpose into a GEMM operand (fp16 in the fp16 build) / into an fp32 buffer. */
+static void transpose_op(op_t *restrict dst, const float *restrict src, int rows, int cols) {
+    transpose_to(dst, src, rows, cols, EMG_SME_F16);
+}
+static void transpose_f32(float *restrict dst, const float *restrict src, int rows, int cols) {
+    transpose_to(dst, src, rows, cols, 0);
 }
 
 #if EMG_SME_F16
@@ -145,16 +186,6 @@ static void rms_backward(float *out, const float *base, const float *dy, const f
             out[o + i] = base ? base[o + i] + v : v;
         }
     }
-}
-
-/* Position-major copy of a [rows][cols] feature-major block (float to float). */
-static void transpose_f32(float *restrict dst, const float *restrict src, int rows, int cols) {
-    for (int r0 = 0; r0 < rows; r0 += 8)
-        for (int c0 = 0; c0 < cols; c0 += 8) {
-            const int r1 = r0 + 8 < rows ? r0 + 8 : rows, c1 = c0 + 8 < cols ? c0 + 8 : cols;
-            for (int c = c0; c < c1; c++)
-                for (int r = r0; r < r1; r++) dst[(long)c * rows + r] = src[(long)r * cols + c];
-        }
 }
 
 /* The GEMM operand view of a float buffer: the buffer itself in fp32, an fp16 copy in fp16. */
@@ -395,17 +426,31 @@ static void backward(emg_session *s, int batch) {
     }
 }
 
+/* One Adam step over every parameter, four lanes at a time (the seed's Neon Adam): the same operations
+ * as the scalar form (FMA for the moment updates, IEEE sqrt and divide), about 5 instructions per
+ * parameter instead of 32 for the scalar loop that libm's sqrtf kept from vectorising. */
 static void adam(emg_session *s, float lr) {
     s->step += 1;
-    const float b1 = EMG_ADAM_BETA1, b2 = EMG_ADAM_BETA2;
     const float c1 = (float)(1.0 - pow(EMG_ADAM_BETA1, (double)s->step));
     const float c2 = (float)(1.0 - pow(EMG_ADAM_BETA2, (double)s->step));
     const float a1 = (float)(1.0 - EMG_ADAM_BETA1), a2 = (float)(1.0 - EMG_ADAM_BETA2);
     float *restrict p = s->p, *restrict m = s->m, *restrict v = s->v;
     const float *restrict g = s->g;
-    for (long i = 0; i < s->n_params; i++) {
-        m[i] = b1 * m[i] + a1 * g[i];
-        v[i] = b2 * v[i] + a2 * g[i] * g[i];
+    const float32x4_t b1v = vdupq_n_f32(EMG_ADAM_BETA1), b2v = vdupq_n_f32(EMG_ADAM_BETA2);
+    const float32x4_t c1v = vdupq_n_f32(c1), c2v = vdupq_n_f32(c2), epsv = vdupq_n_f32(EMG_ADAM_EPS);
+    const long n4 = s->n_params & ~3L;
+    for (long i = 0; i < n4; i += 4) {
+        const float32x4_t gi = vld1q_f32(g + i);
+        const float32x4_t mi = vfmaq_n_f32(vmulq_f32(b1v, vld1q_f32(m + i)), gi, a1);
+        const float32x4_t vi = vfmaq_f32(vmulq_f32(b2v, vld1q_f32(v + i)), vmulq_n_f32(gi, a2), gi);
+        vst1q_f32(m + i, mi);
+        vst1q_f32(v + i, vi);
+        const float32x4_t den = vaddq_f32(vsqrtq_f32(vdivq_f32(vi, c2v)), epsv);
+        vst1q_f32(p + i, vsubq_f32(vld1q_f32(p + i), vdivq_f32(vmulq_n_f32(vdivq_f32(mi, c1v), lr), den)));
+    }
+    for (long i = n4; i < s->n_params; i++) {
+        m[i] = EMG_ADAM_BETA1 * m[i] + a1 * g[i];
+        v[i] = EMG_ADAM_BETA2 * v[i] + a2 * g[i] * g[i];
         p[i] -= lr * (m[i] / c1) / (sqrtf(v[i] / c2) + EMG_ADAM_EPS);
     }
 }
