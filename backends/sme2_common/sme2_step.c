@@ -4,8 +4,9 @@
  *
  * Layout: live (batch, position) rows are packed densely, row n = one position that predicts a token,
  * so every GEMM runs over N = sum(len - 1) rows with only the last partial tile masked. Activations are
- * kept position-major [N][width]; the GEMM operand that must be k-major (feature-major) is made by one
- * transpose just before its GEMM, into a shared scratch (opT). The backward pass works on the gradient
+ * kept position-major [N][width]. The GEMM operand that must be k-major (feature-major) comes, where a
+ * GEMM produced it, from that GEMM's vertical ZA readout (emg_gemm.Ct), and otherwise from a Neon 4x4
+ * transpose into a shared scratch (opT). The backward pass works on the gradient
  * of the summed loss (dlogits = softmax - onehot, O(1) per row): that is loss scaling for the fp16 build,
  * and 1/N is applied once, in the fp32 readout of the weight gradients.
  */
@@ -49,6 +50,9 @@ struct emg_session {
     /* gradients of the summed loss, [rows][width] */
     float *dlog, *dx2, *dpre, *dh2, *dx1, *datt, *dqkv, *dh1;
     op_t *opT; /* feature-major operand scratch, [max(4D, 3D)][rows] */
+    /* fp32 feature-major results that a GEMM's vertical ZA readout wrote beside its position-major one
+     * (emg_gemm.Ct): hid^T (also the ReLU-backward gate of dpre^T), and two chained-gradient buffers */
+    float *hidT, *tA, *tB;
     const op_t *qk_op, *vals_op, *pt_op, *attT_op; /* GEMM operand views of four of them */
 #if EMG_SME_F16
     op_t *h_w;          /* fp16 copies of the row-major weights (the w_* point into it) */
@@ -127,12 +131,9 @@ static inline __attribute__((always_inline)) void transpose_to(void *restrict ds
         }
 }
 
-/* Transpose into a GEMM operand (fp16 in the fp16 build) / into an fp32 buffer. */
+/* Transpose into a GEMM operand (fp16 in the fp16 build). */
 static void transpose_op(op_t *restrict dst, const float *restrict src, int rows, int cols) {
     transpose_to(dst, src, rows, cols, EMG_SME_F16);
-}
-static void transpose_f32(float *restrict dst, const float *restrict src, int rows, int cols) {
-    transpose_to(dst, src, rows, cols, 0);
 }
 
 #if EMG_SME_F16
@@ -156,7 +157,15 @@ static void refresh_weight_operands(emg_session *s) {
 
 static void gemm(int M, int N, int K, const op_t *A, long lda, const op_t *B, long ldb, float *C, long ldc,
                  int flags, const float *gate) {
-    const emg_gemm g = {M, N, K, A, lda, B, ldb, C, ldc, 1.0f, flags, gate};
+    const emg_gemm g = {M, N, K, A, lda, B, ldb, C, ldc, 1.0f, flags, gate, NULL, 0, NULL};
+    sme_gemm(&g);
+}
+
+/* The same, also storing the result transposed into Ct (leading dimension M: feature-major, the k-major
+ * operand of the next GEMM), gate_t being the gate in that layout. */
+static void gemm_t(int M, int N, int K, const op_t *A, long lda, const op_t *B, long ldb, float *C, long ldc,
+                   int flags, const float *gate, float *Ct, const float *gate_t) {
+    const emg_gemm g = {M, N, K, A, lda, B, ldb, C, ldc, 1.0f, flags, gate, Ct, M, gate_t};
     sme_gemm(&g);
 }
 
@@ -199,6 +208,18 @@ static const op_t *as_op(emg_session *s, enum att_op which, const float *src, lo
 #endif
 }
 
+/* A feature-major fp32 result as the next GEMM's k-major operand: itself in fp32, converted into the
+ * operand scratch in fp16. */
+static const op_t *as_kmajor(emg_session *s, const float *t, long count) {
+#if EMG_SME_F16
+    to_f16(s->opT, t, count);
+    return s->opT;
+#else
+    (void)s, (void)count;
+    return t;
+#endif
+}
+
 /* Attention as ZA-tile GEMMs, every (sequence, head) pair in one streaming session per product:
  *   S^T[u][t] = scale * sum_j K[u][j] Q[t][j]      (A = K^T, B = Q^T: both feature-major, from the QKV GEMM)
  *   P^T = causal softmax over u of each column t    (C, outside streaming mode)
@@ -214,7 +235,7 @@ static void attention_forward(emg_session *s, int batch) {
             const int r0 = s->seq_start[b], len = s->seq_len[b];
             s->att_gemms[g] = (emg_gemm){len, len, hd, k_t + (long)hh * hd * n + r0, n,
                                          q_t + (long)hh * hd * n + r0, n, s->scores + (long)g * S * S, S,
-                                         scale, 0, NULL};
+                                         scale, 0, NULL, NULL, 0, NULL};
         }
     sme_gemm_many(s->att_gemms, g);
 
@@ -239,10 +260,9 @@ static void attention_forward(emg_session *s, int batch) {
             const int r0 = s->seq_start[b], len = s->seq_len[b];
             s->att_gemms[g2] = (emg_gemm){hd, len, len, s->vals_op + (long)r0 * d + hh * hd, d,
                                           s->pt_op + (long)g2 * S * S, S, s->attT + (long)hh * hd * n + r0, n,
-                                          1.0f, 0, NULL};
+                                          1.0f, 0, NULL, s->att + (long)r0 * d + hh * hd, d, NULL};
         }
-    sme_gemm_many(s->att_gemms, g);
-    transpose_f32(s->att, s->attT, d, n); /* position-major att for the dWo weight gradient */
+    sme_gemm_many(s->att_gemms, g); /* att^T for the O projection, att (vertical readout) for dWo */
 }
 
 /* Attention backward as ZA-tile GEMMs, per (sequence, head), with the softmax backward in C between:
@@ -253,9 +273,8 @@ static void attention_forward(emg_session *s, int batch) {
 static void attention_backward(emg_session *s, int batch) {
     const int n = s->n_rows, d = s->d, hd = s->hd, heads = s->h, w = 3 * s->d;
     const float scale = 1.0f / sqrtf((float)hd);
-    transpose_f32(s->vT, s->vals, n, d);
-    transpose_f32(s->dattT, s->datt, n, d);
-    transpose_f32(s->qk_pm, s->qk, 2 * d, n);
+    /* V^T, datt^T and Q|K position-major were written by the vertical readouts of the GEMMs that made
+     * vals, datt and q|k (seed #25/#28: each layout comes out of ZA, no transpose pass) */
     const op_t *v_t = as_op(s, OP_VT, s->vT, (long)d * n), *datt_t = as_op(s, OP_DATTT, s->dattT, (long)d * n);
     const op_t *datt = as_op(s, OP_DATT, s->datt, (long)n * d), *qk_pm = as_op(s, OP_QKPM, s->qk_pm, 2L * n * d);
 
@@ -265,7 +284,7 @@ static void attention_backward(emg_session *s, int batch) {
             const int r0 = s->seq_start[b], len = s->seq_len[b];
             const long col = (long)hh * hd * n + r0;
             s->att_gemms[g] = (emg_gemm){len, len, hd, v_t + col, n, datt_t + col, n, s->scores + (long)g * S * S, S,
-                                         1.0f, 0, NULL};
+                                         1.0f, 0, NULL, NULL, 0, NULL};
         }
     sme_gemm_many(s->att_gemms, g);
 
@@ -295,10 +314,14 @@ static void attention_backward(emg_session *s, int batch) {
         for (int hh = 0; hh < heads; hh++, g2++) {
             const int r0 = s->seq_start[b], len = s->seq_len[b];
             const long blk = (long)g2 * S * S, out = (long)r0 * w + hh * hd, in = (long)r0 * 2 * d + hh * hd;
-            dq[g2] = (emg_gemm){len, hd, len, ds_t + blk, S, qk_pm + in + d, 2 * d, s->dqkv + out, w, 1.0f, 0, NULL};
-            dk[g2] = (emg_gemm){len, hd, len, ds + blk, S, qk_pm + in, 2 * d, s->dqkv + out + d, w, 1.0f, 0, NULL};
+            /* dqkv^T (vertical readout into tA) is the k-major operand of the dh1 GEMM */
+            float *t = s->tA + (long)hh * hd * n + r0;
+            dq[g2] = (emg_gemm){len, hd, len, ds_t + blk, S, qk_pm + in + d, 2 * d, s->dqkv + out, w, 1.0f, 0, NULL,
+                                t, n, NULL};
+            dk[g2] = (emg_gemm){len, hd, len, ds + blk, S, qk_pm + in, 2 * d, s->dqkv + out + d, w, 1.0f, 0, NULL,
+                                t + (long)d * n, n, NULL};
             dv[g2] = (emg_gemm){len, hd, len, p + blk, S, datt + (long)r0 * d + hh * hd, d, s->dqkv + out + 2 * d, w,
-                                1.0f, 0, NULL};
+                                1.0f, 0, NULL, t + 2L * d * n, n, NULL};
         }
     sme_gemm_many(s->att_gemms, 3 * g);
 }
@@ -332,8 +355,8 @@ static double forward(emg_session *s, int batch) {
 
     /* q and k come out feature-major (A = W^T, B = h1^T), v position-major (A = h1^T, B = W^T) */
     transpose_op(s->opT, s->h1, n, d);
-    gemm(2 * d, n, d, s->t_qkv, 3 * d, s->opT, n, s->qk, n, 0, NULL);
-    gemm(n, d, d, s->opT, n, s->t_qkv + 2 * d, 3 * d, s->vals, d, 0, NULL);
+    gemm_t(2 * d, n, d, s->t_qkv, 3 * d, s->opT, n, s->qk, n, 0, NULL, s->qk_pm, NULL);
+    gemm_t(n, d, d, s->opT, n, s->t_qkv + 2 * d, 3 * d, s->vals, d, 0, NULL, s->vT, NULL);
     s->qk_op = as_op(s, OP_QK, s->qk, 2L * d * n);
     s->vals_op = as_op(s, OP_VALS, s->vals, (long)n * d);
     attention_forward(s, batch);
@@ -344,11 +367,10 @@ static double forward(emg_session *s, int batch) {
 
     rms_forward(s->h2, s->r2, s->x1, n, d);
     transpose_op(s->opT, s->h2, n, d);
-    gemm(n, f, d, s->opT, n, s->t_f1, f, s->hid, f, GEMM_RELU, NULL);
+    gemm_t(n, f, d, s->opT, n, s->t_f1, f, s->hid, f, GEMM_RELU, NULL, s->hidT, NULL); /* #26: no ReLU/transpose sweep */
 
     memcpy(s->x2, s->x1, sizeof(float) * (size_t)n * d);
-    transpose_op(s->opT, s->hid, n, f);
-    gemm(n, d, f, s->opT, n, s->t_f2, d, s->x2, d, GEMM_ACC, NULL);
+    gemm(n, d, f, as_kmajor(s, s->hidT, (long)f * n), n, s->t_f2, d, s->x2, d, GEMM_ACC, NULL);
 
     transpose_op(s->opT, s->x2, n, d);
     gemm(n, V, d, s->opT, n, s->t_lm, V, s->logits, V, 0, NULL);
@@ -374,19 +396,19 @@ static void backward(emg_session *s, int batch) {
     const float inv_n = 1.0f / (float)n;
 
     /* input-gradient chain: each GEMM reads the upstream gradient feature-major */
+    /* input-gradient chain: each GEMM also reads its result out transposed (vertical ZA slices, seed
+     * #28), which is the next GEMM's k-major operand; transposes remain only after Neon glue */
     transpose_op(s->opT, s->dlog, n, V);
-    gemm(n, d, V, s->opT, n, s->w_lm, d, s->dx2, d, 0, NULL);
-    transpose_op(s->opT, s->dx2, n, d);
-    gemm(n, f, d, s->opT, n, s->w_f2, f, s->dpre, f, GEMM_GATE, s->hid); /* ReLU backward in the readout */
-    transpose_op(s->opT, s->dpre, n, f);
-    gemm(n, d, f, s->opT, n, s->w_f1, d, s->dh2, d, 0, NULL);
+    gemm_t(n, d, V, s->opT, n, s->w_lm, d, s->dx2, d, 0, NULL, s->tA, NULL);
+    gemm_t(n, f, d, as_kmajor(s, s->tA, (long)d * n), n, s->w_f2, f, s->dpre, f, GEMM_GATE, s->hid, s->tB,
+           s->hidT); /* ReLU backward in both readouts */
+    gemm(n, d, f, as_kmajor(s, s->tB, (long)f * n), n, s->w_f1, d, s->dh2, d, 0, NULL);
     rms_backward(s->dx1, s->dx2, s->dh2, s->h2, s->r2, n, d);
 
     transpose_op(s->opT, s->dx1, n, d);
-    gemm(n, d, d, s->opT, n, s->w_wo, d, s->datt, d, 0, NULL);
+    gemm_t(n, d, d, s->opT, n, s->w_wo, d, s->datt, d, 0, NULL, s->dattT, NULL);
     attention_backward(s, batch);
-    transpose_op(s->opT, s->dqkv, n, 3 * d);
-    gemm(n, d, 3 * d, s->opT, n, s->w_qkv, d, s->dh1, d, 0, NULL);
+    gemm(n, d, 3 * d, as_kmajor(s, s->tA, 3L * d * n), n, s->w_qkv, d, s->dh1, d, 0, NULL);
     rms_backward(s->dh1, s->dx1, s->dh1, s->h1, s->r1, n, d);   /* dh1 := d(loss)/d(x0) */
     rms_backward(s->dh1, NULL, s->dh1, s->x0, s->r0, n, d);     /* dh1 := d(loss)/d(embedding) */
 
@@ -410,7 +432,7 @@ static void backward(emg_session *s, int batch) {
 #else
         const op_t *a = pairs[i][0], *b = pairs[i][1];
 #endif
-        wg[i] = (emg_gemm){mdim, kdim, n, a, mdim, b, kdim, outs[i], kdim, inv_n, 0, NULL};
+        wg[i] = (emg_gemm){mdim, kdim, n, a, mdim, b, kdim, outs[i], kdim, inv_n, 0, NULL, NULL, 0, NULL};
     }
     sme_gemm_many(wg, 5);
 
@@ -498,7 +520,7 @@ EMG_EXPORT int emg_create(int d_model, int n_heads, int max_batch, emg_session *
         {&s->vT, d}, {&s->dattT, d}, {&s->qk_pm, 2 * d},
         {&s->att, d}, {&s->x1, d}, {&s->h2, d}, {&s->r2, 1}, {&s->hid, f}, {&s->x2, d}, {&s->logits, V},
         {&s->dlog, V}, {&s->dx2, d}, {&s->dpre, f}, {&s->dh2, d}, {&s->dx1, d}, {&s->datt, d},
-        {&s->dqkv, 3 * d}, {&s->dh1, d}};
+        {&s->dqkv, 3 * d}, {&s->dh1, d}, {&s->hidT, f}, {&s->tA, 3 * d}, {&s->tB, f}};
     for (size_t i = 0; i < sizeof acts / sizeof acts[0]; i++) *acts[i].ptr = session_alloc(s, R * acts[i].width * fl);
     s->opT = session_alloc(s, sizeof(op_t) * R * f);
     const size_t blocks = (size_t)max_batch * n_heads * S * S;
