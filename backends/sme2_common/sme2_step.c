@@ -1,6 +1,6 @@
 /*
- * The training step of the SME2 backends (native ABI of eemicrogpt.h). Plain C that the compiler turns
- * into Neon; every matrix product goes to the FMOPA engine in sme2_gemm.c.
+ * The training step of the SME2 backends (native ABI of eemicrogpt.h). C and Neon intrinsics, never
+ * streaming; every matrix product goes to the FMOPA engine in sme2_gemm.c.
  *
  * Layout: live (batch, position) rows are packed densely, row n = one position that predicts a token,
  * so every GEMM runs over N = sum(len - 1) rows with only the last partial tile masked. Activations are
@@ -171,14 +171,47 @@ static void gemm_t(int M, int N, int K, const op_t *A, long lda, const op_t *B, 
 
 /* ---- elementwise pieces -------------------------------------------------------------------- */
 
+/* Neon glue (seed #21). Widths are multiples of 16 (d_model 64 or 128) unless said otherwise. */
+
+/* sum_i a[i] * b[i]: four independent accumulators (no FMA latency chain), one add tree at the end. */
+static inline float dot_d(const float *a, const float *b, int d) {
+    float32x4_t s0 = vdupq_n_f32(0.0f), s1 = s0, s2 = s0, s3 = s0;
+    for (int i = 0; i < d; i += 16) {
+        s0 = vfmaq_f32(s0, vld1q_f32(a + i), vld1q_f32(b + i));
+        s1 = vfmaq_f32(s1, vld1q_f32(a + i + 4), vld1q_f32(b + i + 4));
+        s2 = vfmaq_f32(s2, vld1q_f32(a + i + 8), vld1q_f32(b + i + 8));
+        s3 = vfmaq_f32(s3, vld1q_f32(a + i + 12), vld1q_f32(b + i + 12));
+    }
+    return vaddvq_f32(vaddq_f32(vaddq_f32(s0, s1), vaddq_f32(s2, s3)));
+}
+
+/* e^x for x <= 0 (softmax arguments after the max is subtracted), four lanes: x = n ln2 + r with
+ * |r| <= ln2/2, e^r by its degree-7 Taylor polynomial (truncation < 6e-9 relative, so float rounding,
+ * a few ulp, dominates), 2^n built in the exponent field. Inputs below -87 give e^-87 instead of
+ * something smaller: against a softmax sum >= 1 that is invisible. */
+static inline float32x4_t exp4(float32x4_t x) {
+    x = vmaxq_f32(x, vdupq_n_f32(-87.0f));
+    const float32x4_t n = vrndnq_f32(vmulq_n_f32(x, 1.44269504088896341f));
+    float32x4_t r = vfmsq_f32(x, n, vdupq_n_f32(0.693145751953125f)); /* ln2, high bits: n * hi is exact */
+    r = vfmsq_f32(r, n, vdupq_n_f32(1.42860682030941723e-6f));       /* ln2, the rest */
+    float32x4_t p = vdupq_n_f32(1.0f / 5040.0f);
+    p = vfmaq_f32(vdupq_n_f32(1.0f / 720.0f), p, r);
+    p = vfmaq_f32(vdupq_n_f32(1.0f / 120.0f), p, r);
+    p = vfmaq_f32(vdupq_n_f32(1.0f / 24.0f), p, r);
+    p = vfmaq_f32(vdupq_n_f32(1.0f / 6.0f), p, r);
+    p = vfmaq_f32(vdupq_n_f32(0.5f), p, r);
+    p = vfmaq_f32(vdupq_n_f32(1.0f), p, r);
+    p = vfmaq_f32(vdupq_n_f32(1.0f), p, r);
+    const int32x4_t e = vshlq_n_s32(vaddq_s32(vcvtq_s32_f32(n), vdupq_n_s32(127)), 23);
+    return vmulq_f32(p, vreinterpretq_f32_s32(e));
+}
+
 static void rms_forward(float *restrict y, float *restrict r, const float *restrict x, int rows, int d) {
     for (int n = 0; n < rows; n++) {
         const float *xn = x + (long)n * d;
-        float ss = 0.0f;
-        for (int i = 0; i < d; i++) ss += xn[i] * xn[i];
-        const float rn = 1.0f / sqrtf(ss / (float)d + EMG_RMS_EPS);
+        const float rn = 1.0f / sqrtf(dot_d(xn, xn, d) / (float)d + EMG_RMS_EPS);
         r[n] = rn;
-        for (int i = 0; i < d; i++) y[(long)n * d + i] = xn[i] * rn;
+        for (int i = 0; i < d; i += 4) vst1q_f32(y + (long)n * d + i, vmulq_n_f32(vld1q_f32(xn + i), rn));
     }
 }
 
@@ -187,12 +220,12 @@ static void rms_backward(float *out, const float *base, const float *dy, const f
                          int rows, int d) {
     for (int n = 0; n < rows; n++) {
         const long o = (long)n * d;
-        float dot = 0.0f;
-        for (int i = 0; i < d; i++) dot += dy[o + i] * y[o + i];
-        const float mean = dot / (float)d;
-        for (int i = 0; i < d; i++) {
-            const float v = r[n] * (dy[o + i] - y[o + i] * mean);
-            out[o + i] = base ? base[o + i] + v : v;
+        const float mean = dot_d(dy + o, y + o, d) / (float)d;
+        for (int i = 0; i < d; i += 4) {
+            const float32x4_t dv = vld1q_f32(dy + o + i), yv = vld1q_f32(y + o + i);
+            float32x4_t v = vmulq_n_f32(vfmsq_n_f32(dv, yv, mean), r[n]);
+            if (base) v = vaddq_f32(vld1q_f32(base + o + i), v);
+            vst1q_f32(out + o + i, v);
         }
     }
 }
@@ -347,9 +380,11 @@ static void pack_batch(emg_session *s, int batch, const uint8_t *tokens, const u
 static double forward(emg_session *s, int batch) {
     const int n = s->n_rows, d = s->d, f = s->f;
     const float *tok_emb = s->p + s->o_tok, *pos_emb = s->p + s->o_pos;
-    for (int r = 0; r < n; r++)
-        for (int i = 0; i < d; i++)
-            s->x1[(long)r * d + i] = tok_emb[s->row_tok[r] * d + i] + pos_emb[s->row_pos[r] * d + i];
+    for (int r = 0; r < n; r++) {
+        const float *te = tok_emb + s->row_tok[r] * d, *pe = pos_emb + s->row_pos[r] * d;
+        float *x = s->x1 + (long)r * d;
+        for (int i = 0; i < d; i += 4) vst1q_f32(x + i, vaddq_f32(vld1q_f32(te + i), vld1q_f32(pe + i)));
+    }
     rms_forward(s->x0, s->r0, s->x1, n, d);
     rms_forward(s->h1, s->r1, s->x0, n, d);
 
@@ -375,16 +410,29 @@ static double forward(emg_session *s, int batch) {
     transpose_op(s->opT, s->x2, n, d);
     gemm(n, V, d, s->opT, n, s->t_lm, V, s->logits, V, 0, NULL);
 
+    /* cross-entropy and dlogits = softmax - onehot, in Neon: the 27 logits as seven vectors (the 28th lane a
+     * copy of the first, for the max, and zero after the exp) */
     double loss = 0.0;
     for (int r = 0; r < n; r++) {
         const float *z = s->logits + (long)r * V;
         float *dz = s->dlog + (long)r * V;
-        float mx = z[0], sum = 0.0f;
-        for (int c = 1; c < V; c++) mx = z[c] > mx ? z[c] : mx;
-        for (int c = 0; c < V; c++) sum += (dz[c] = expf(z[c] - mx));
+        float zb[28], eb[28];
+        memcpy(zb, z, sizeof(float) * V);
+        zb[V] = z[0];
+        float32x4_t mv = vld1q_f32(zb);
+        for (int c = 4; c < 28; c += 4) mv = vmaxq_f32(mv, vld1q_f32(zb + c));
+        const float mx = vmaxvq_f32(mv);
+        float32x4_t sv = vdupq_n_f32(0.0f);
+        for (int c = 0; c < 28; c += 4) {
+            float32x4_t e = exp4(vsubq_f32(vld1q_f32(zb + c), vdupq_n_f32(mx)));
+            if (c == 24) e = vsetq_lane_f32(0.0f, e, 3);
+            vst1q_f32(eb + c, e);
+            sv = vaddq_f32(sv, e);
+        }
+        const float sum = vaddvq_f32(sv), inv = 1.0f / sum;
         loss += (double)(logf(sum) - (z[s->row_tgt[r]] - mx));
-        const float inv = 1.0f / sum;
-        for (int c = 0; c < V; c++) dz[c] *= inv;
+        for (int c = 0; c < 24; c += 4) vst1q_f32(dz + c, vmulq_n_f32(vld1q_f32(eb + c), inv));
+        for (int c = 24; c < V; c++) dz[c] = eb[c] * inv;
         dz[s->row_tgt[r]] -= 1.0f;
     }
     return loss;
@@ -441,9 +489,10 @@ static void backward(emg_session *s, int batch) {
     for (int r = 0; r < n; r++) {
         const float *e = s->dh1 + (long)r * d;
         float *gt = g_tok + s->row_tok[r] * d, *gp = g_pos + s->row_pos[r] * d;
-        for (int i = 0; i < d; i++) {
-            gt[i] += e[i] * inv_n;
-            gp[i] += e[i] * inv_n;
+        for (int i = 0; i < d; i += 4) {
+            const float32x4_t v = vmulq_n_f32(vld1q_f32(e + i), inv_n);
+            vst1q_f32(gt + i, vaddq_f32(vld1q_f32(gt + i), v));
+            vst1q_f32(gp + i, vaddq_f32(vld1q_f32(gp + i), v));
         }
     }
 }
