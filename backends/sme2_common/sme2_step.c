@@ -253,6 +253,33 @@ static const op_t *as_kmajor(emg_session *s, const float *t, long count) {
 #endif
 }
 
+/* P^T = causal softmax of each column t of S^T over u <= t, P^T[u][t] = 0 for u > t (the mask); one
+ * S x S block, len live rows and columns. Neon across four columns at a time (rows are contiguous in t),
+ * lanes with u > t masked; each column's max and sum run over u in order as in the scalar form. Lanes
+ * of columns >= len compute on stale, finite scores and are never read. */
+static void softmax_causal_columns(float *restrict pt, const float *restrict st, int len) {
+    const float32x4_t ninf = vdupq_n_f32(-INFINITY), zero = vdupq_n_f32(0.0f);
+    const uint32x4_t lane = {0, 1, 2, 3};
+    for (int t0 = 0; t0 < len; t0 += 4) {
+        const uint32x4_t tv = vaddq_u32(lane, vdupq_n_u32((uint32_t)t0));
+        const int live = t0 + 4 < len ? t0 + 4 : len; /* rows u < live have a lane with u <= t */
+        float32x4_t mx = ninf, sum = zero;
+        for (int u = 0; u < live; u++) {
+            const uint32x4_t ok = vcleq_u32(vdupq_n_u32((uint32_t)u), tv);
+            mx = vmaxq_f32(mx, vbslq_f32(ok, vld1q_f32(st + u * S + t0), ninf));
+        }
+        for (int u = 0; u < live; u++) {
+            const uint32x4_t ok = vcleq_u32(vdupq_n_u32((uint32_t)u), tv);
+            const float32x4_t e = vbslq_f32(ok, exp4(vsubq_f32(vld1q_f32(st + u * S + t0), mx)), zero);
+            vst1q_f32(pt + u * S + t0, e);
+            sum = vaddq_f32(sum, e);
+        }
+        const float32x4_t inv = vdivq_f32(vdupq_n_f32(1.0f), sum);
+        for (int u = 0; u < live; u++) vst1q_f32(pt + u * S + t0, vmulq_f32(vld1q_f32(pt + u * S + t0), inv));
+        for (int u = live; u < len; u++) vst1q_f32(pt + u * S + t0, zero);
+    }
+}
+
 /* Attention as ZA-tile GEMMs, every (sequence, head) pair in one streaming session per product:
  *   S^T[u][t] = scale * sum_j K[u][j] Q[t][j]      (A = K^T, B = Q^T: both feature-major, from the QKV GEMM)
  *   P^T = causal softmax over u of each column t    (C, outside streaming mode)
@@ -277,14 +304,7 @@ static void attention_forward(emg_session *s, int batch) {
             const int len = s->seq_len[b];
             const float *st = s->scores + (long)g2 * S * S;
             float *pt = s->pt + (long)g2 * S * S;
-            for (int t = 0; t < len; t++) {
-                float mx = -INFINITY, sum = 0.0f;
-                for (int u = 0; u <= t; u++) mx = st[u * S + t] > mx ? st[u * S + t] : mx;
-                for (int u = 0; u <= t; u++) sum += (pt[u * S + t] = expf(st[u * S + t] - mx));
-                const float inv = 1.0f / sum;
-                for (int u = 0; u <= t; u++) pt[u * S + t] *= inv;
-                for (int u = t + 1; u < len; u++) pt[u * S + t] = 0.0f; /* the causal mask */
-            }
+            softmax_causal_columns(pt, st, len);
         }
     s->pt_op = as_op(s, OP_PT, s->pt, (long)g * S * S);
 
