@@ -8,29 +8,35 @@
 
 #include "sme2_internal.h"
 
-/* Store one ZA row (already widened to fp32) into C with the epilogue fused in: scale, accumulate,
- * ReLU, ReLU-backward gate. This is the "readout with the neighbouring elementwise op" pattern: the row
- * is in a register anyway, so the residual add, the clamp and the mask cost no extra pass over memory.
- * `last` is 0 while more fp16 chunks are still to be added (the gate and clamp wait for the full sum). */
-/* always_inline: a call from the ZA-using gemm_body would need a lazy ZA save around it, which clang 19
- * (Apple clang 17) crashes on for Darwin; never leave that to the optimiser (tools/a64lane darwin stage). */
-static inline __attribute__((always_inline)) void put_row(const emg_gemm *g, int row, int col, svbool_t pc,
-                                                          svfloat32_t v, int add, int last) __arm_streaming {
-    const long at = (long)row * g->ldc + col;
-    float *c = g->C + at;
+/* Store one ZA row or column (already widened to fp32) into C or Ct with the epilogue fused in: scale,
+ * accumulate, ReLU, ReLU-backward gate. This is the "readout with the neighbouring elementwise op"
+ * pattern: the vector is in a register anyway, so the residual add, the clamp and the mask cost no extra
+ * pass over memory. `last` is 0 while more fp16 chunks are still to be added (the gate and clamp wait for
+ * the full sum). Always inlined: an outlined call from a ZA-using function needs a lazy ZA save, and
+ * clang 19 (Apple clang 17) for Darwin crashes on it; never leave that to the optimiser (a64lane darwin stage). */
+static inline __attribute__((always_inline)) void put_vec(const emg_gemm *g, float *out, const float *gate,
+                                                          long ld, int row, int col, svbool_t pc, svfloat32_t v,
+                                                          int add, int last) __arm_streaming {
+    const long at = (long)row * ld + col;
+    float *c = out + at;
     v = svmul_n_f32_x(pc, v, g->alpha);
     if (add) v = svadd_f32_x(pc, v, svld1_f32(pc, c));
     if (last && (g->flags & GEMM_RELU)) v = svmax_n_f32_x(pc, v, 0.0f);
     if (last && (g->flags & GEMM_GATE)) {
-        const svbool_t open = svcmpgt_n_f32(pc, svld1_f32(pc, g->gate + at), 0.0f);
+        const svbool_t open = svcmpgt_n_f32(pc, svld1_f32(pc, gate + at), 0.0f);
         v = svsel_f32(open, v, svdup_n_f32(0.0f));
     }
     svst1_f32(pc, c, v);
 }
 
+#define put_row(g, row, col, pc, v, add, last) put_vec(g, (g)->C, (g)->gate, (g)->ldc, row, col, pc, v, add, last)
+/* Column j of the result, rows i.. (a vertical ZA slice), into Ct's row j. */
+#define put_col(g, j, i, pc, v, add, last) put_vec(g, (g)->Ct, (g)->gate_t, (g)->ldct, j, i, pc, v, add, last)
+
 #if !EMG_SME_F16
 
-/* Read a za32 tile out four rows per instruction (SME2 multi-vector MOVA, VG4). */
+/* Read a za32 tile out four rows per instruction (SME2 multi-vector MOVA, VG4); with Ct, four columns
+ * per instruction too (vertical slices, seed #28). */
 #define READ_TILE32(tile, r0, c0)                                                              \
     do {                                                                                       \
         const int r0_ = (r0), c0_ = (c0);                                                      \
@@ -41,6 +47,16 @@ static inline __attribute__((always_inline)) void put_row(const emg_gemm *g, int
             if (r0_ + s_ + 1 < g->M) put_row(g, r0_ + s_ + 1, c0_, pc_, svget4(q_, 1), add, 1); \
             if (r0_ + s_ + 2 < g->M) put_row(g, r0_ + s_ + 2, c0_, pc_, svget4(q_, 2), add, 1); \
             if (r0_ + s_ + 3 < g->M) put_row(g, r0_ + s_ + 3, c0_, pc_, svget4(q_, 3), add, 1); \
+        }                                                                                      \
+        if (g->Ct) {                                                                           \
+            const svbool_t pr_ = svwhilelt_b32(r0_, g->M);                                     \
+            for (int s_ = 0; s_ < T && c0_ + s_ < g->N; s_ += 4) {                             \
+                svfloat32x4_t q_ = svread_ver_za32_f32_vg4(tile, s_);                          \
+                put_col(g, c0_ + s_, r0_, pr_, svget4(q_, 0), 0, 1);                           \
+                if (c0_ + s_ + 1 < g->N) put_col(g, c0_ + s_ + 1, r0_, pr_, svget4(q_, 1), 0, 1); \
+                if (c0_ + s_ + 2 < g->N) put_col(g, c0_ + s_ + 2, r0_, pr_, svget4(q_, 2), 0, 1); \
+                if (c0_ + s_ + 3 < g->N) put_col(g, c0_ + s_ + 3, r0_, pr_, svget4(q_, 3), 0, 1); \
+            }                                                                                  \
         }                                                                                      \
     } while (0)
 
@@ -74,16 +90,30 @@ static void gemm_body(const emg_gemm *g) __arm_streaming __arm_inout("za") {
 #else /* EMG_SME_F16 */
 
 /* Widen one za16 row (T halves) to two fp32 vectors and store it. FCVT reads the even halves, so
- * zip1/zip2 of the row with itself put halves 0..T/2-1 and T/2..T-1 there in order. */
-#define READ_TILE16(tile, r0, c0)                                                        \
-    do {                                                                                 \
-        const int r0_ = (r0), c0_ = (c0);                                                \
-        const svbool_t pl_ = svwhilelt_b32(c0_, g->N), ph_ = svwhilelt_b32(c0_ + T / 2, g->N); \
-        for (int s_ = 0; s_ < T && r0_ + s_ < g->M; s_++) {                              \
-            const svfloat16_t v_ = svread_hor_za16_f16_m(svdup_n_f16(0), all16, tile, s_); \
-            put_row(g, r0_ + s_, c0_, pl_, svcvt_f32_f16_x(all32, svzip1_f16(v_, v_)), add, last); \
-            put_row(g, r0_ + s_, c0_ + T / 2, ph_, svcvt_f32_f16_x(all32, svzip2_f16(v_, v_)), add, last); \
-        }                                                                                \
+ * zip1/zip2 of the row with itself put halves 0..T/2-1 and T/2..T-1 there in order. Rows come out two
+ * per instruction (SME2 VG2 MOVA); with Ct, columns likewise by vertical slices. */
+#define PUT16(put, r, c, plo, phi, v, add, last)                                                 \
+    do {                                                                                        \
+        put(g, r, c, plo, svcvt_f32_f16_x(all32, svzip1_f16(v, v)), add, last);                  \
+        put(g, r, c + T / 2, phi, svcvt_f32_f16_x(all32, svzip2_f16(v, v)), add, last);          \
+    } while (0)
+#define READ_TILE16(tile, r0, c0)                                                               \
+    do {                                                                                        \
+        const int r0_ = (r0), c0_ = (c0);                                                       \
+        const svbool_t pl_ = svwhilelt_b32(c0_, g->N), ph_ = svwhilelt_b32(c0_ + T / 2, g->N);  \
+        for (int s_ = 0; s_ < T && r0_ + s_ < g->M; s_ += 2) {                                  \
+            const svfloat16x2_t q_ = svread_hor_za16_f16_vg2(tile, s_);                         \
+            PUT16(put_row, r0_ + s_, c0_, pl_, ph_, svget2(q_, 0), add, last);                  \
+            if (r0_ + s_ + 1 < g->M) PUT16(put_row, r0_ + s_ + 1, c0_, pl_, ph_, svget2(q_, 1), add, last); \
+        }                                                                                       \
+        if (g->Ct) {                                                                            \
+            const svbool_t ql_ = svwhilelt_b32(r0_, g->M), qh_ = svwhilelt_b32(r0_ + T / 2, g->M); \
+            for (int s_ = 0; s_ < T && c0_ + s_ < g->N; s_ += 2) {                              \
+                const svfloat16x2_t q_ = svread_ver_za16_f16_vg2(tile, s_);                     \
+                PUT16(put_col, c0_ + s_, r0_, ql_, qh_, svget2(q_, 0), add_t, last);             \
+                if (c0_ + s_ + 1 < g->N) PUT16(put_col, c0_ + s_ + 1, r0_, ql_, qh_, svget2(q_, 1), add_t, last); \
+            }                                                                                   \
+        }                                                                                       \
     } while (0)
 
 /* fp16: a T x 2T block per pass on both za16 tiles; products accumulate in fp16 inside ZA (the
@@ -91,7 +121,7 @@ static void gemm_body(const emg_gemm *g) __arm_streaming __arm_inout("za") {
  * fp32 result, so long reductions (weight gradients over thousands of positions) sum in fp32. */
 static void gemm_body(const emg_gemm *g) __arm_streaming __arm_inout("za") {
     const int T = (int)svcntsh();
-    const svbool_t all16 = svptrue_b16(), all32 = svptrue_b32();
+    const svbool_t all32 = svptrue_b32();
     for (int i0 = 0; i0 < g->M; i0 += T) {
         const svbool_t pi = svwhilelt_b16(i0, g->M);
         for (int j0 = 0; j0 < g->N; j0 += 2 * T) {
@@ -105,7 +135,7 @@ static void gemm_body(const emg_gemm *g) __arm_streaming __arm_inout("za") {
                     svmopa_za16_f16_m(0, pi, pj0, av, svld1_f16(pj0, b));
                     svmopa_za16_f16_m(1, pi, pj1, av, svld1_f16(pj1, b + T));
                 }
-                const int add = k0 > 0 || (g->flags & GEMM_ACC);
+                const int add = k0 > 0 || (g->flags & GEMM_ACC), add_t = k0 > 0; /* Ct never has GEMM_ACC */
                 const int last = k1 == g->K;
                 READ_TILE16(0, i0, j0);
                 READ_TILE16(1, i0, j0 + T);

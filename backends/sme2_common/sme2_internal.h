@@ -32,6 +32,10 @@ enum { GEMM_ACC = 1, GEMM_RELU = 2, GEMM_GATE = 4 };
  * an outer-product engine. GEMM_RELU clamps the stored result at 0 (applied after the accumulate);
  * GEMM_GATE zeroes C[i][j] wherever gate[i][j] <= 0 (the ReLU backward, gate = the ReLU output, same
  * leading dimension as C).
+ * Ct, when not NULL, also receives the result transposed, Ct[j][i] (leading dimension ldct), read out of
+ * the same ZA tiles by vertical slices, with the same epilogue (gate_t = the gate transposed, leading
+ * dimension ldct). This hands the next GEMM its k-major operand without a transpose pass. Not with
+ * GEMM_ACC (Ct would need the residual transposed).
  */
 typedef struct {
     int M, N, K;
@@ -44,6 +48,9 @@ typedef struct {
     float alpha;
     int flags;
     const float *gate;
+    float *Ct;
+    long ldct;
+    const float *gate_t;
 } emg_gemm;
 
 /* One GEMM in its own streaming session. */
