@@ -36,7 +36,7 @@ from eemicrogpt_core.data import BatchSampler, encode, read_names
 from eemicrogpt_core.errors import CheckpointError, ConfigError
 from eemicrogpt_core.limits import check_memory
 from eemicrogpt_core.model import ModelShape, init_params
-from eemicrogpt_core.registry import BackendRegistry, load_registry, open_session
+from eemicrogpt_core.registry import BackendRegistry, open_session
 from eemicrogpt_core.rundir import RunDir
 from eemicrogpt_core.trainer import NullReporter, train
 from eemicrogpt_core.validate import SessionBusyError, ValidatedSession
@@ -59,15 +59,6 @@ def assert_one_line_error(result, *fragments: str, code: int = 2) -> str:
     for fragment in fragments:
         assert fragment in lines[0], lines[0]
     return lines[0]
-
-
-@pytest.fixture(scope="module")
-def registry() -> BackendRegistry:
-    reg = load_registry()
-    entry = reg.get("numpy_ref")
-    if entry is None or not entry.available:
-        pytest.fail("numpy_ref must be installed: pip install ./backends/numpy_ref")
-    return reg
 
 
 class StopAt(NullReporter):

@@ -25,15 +25,6 @@ UNIFORM_LOSS = float(np.log(27))  # 3.296
 
 
 @pytest.fixture(scope="module")
-def registry() -> BackendRegistry:
-    reg = load_registry()
-    entry = reg.get("numpy_ref")
-    if entry is None or not entry.available:
-        pytest.fail("numpy_ref must be installed for the trainer tests: pip install ./backends/numpy_ref")
-    return reg
-
-
-@pytest.fixture(scope="module")
 def cfg(names_file: Path) -> TrainConfig:
     return TrainConfig(d_model=16, steps=60, lr=0.01, backend="numpy_ref", data=str(names_file),
                        log_every=30, chunk_steps=25, eval_batches=4)
