@@ -13,7 +13,7 @@ src=$SITE.build
 rm -rf "$src"
 mkdir -p "$src/eemicrogpt_core"
 tar -C "$REPO" --exclude=build --exclude='*.egg-info' --exclude=__pycache__ --exclude='*.so' \
-  --exclude=.pytest_cache -cf - backends eemicrogpt_core/include | tar -x -C "$src"
+  --exclude=.pytest_cache -cf - backends eemicrogpt_core/include eemicrogpt_core/_version.py | tar -x -C "$src"
 
 export _PYTHON_HOST_PLATFORM=linux-aarch64 SETUPTOOLS_EXT_SUFFIX=.cpython-311-aarch64-linux-gnu.so
 export EEMICROGPT_STRICT_BUILD=1 LLVM_OBJDUMP=llvm-objdump-19
