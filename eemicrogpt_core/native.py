@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import re
+import threading
 from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
@@ -58,8 +59,18 @@ ABI_VERSION = header_constant("EMG_ABI_VERSION")
 MAX_BATCH = header_constant("EMG_MAX_BATCH")  # the largest max_batch any native session accepts
 
 
-@functools.cache
+# Probes run in worker threads (plugin_guard), so two first calls can race: one lock makes sure there is
+# only ever one FFI instance, and one dlopen per library through it (cffi refuses to mix instances).
+_LOAD_LOCK = threading.RLock()
+
+
 def _ffi() -> cffi.FFI:
+    with _LOAD_LOCK:
+        return _build_ffi()
+
+
+@functools.cache
+def _build_ffi() -> cffi.FFI:
     header = header_text()
     match = re.search(r"/\* CDEF-BEGIN \*/(.*?)/\* CDEF-END \*/", header, re.S)
     if match is None:
@@ -69,10 +80,15 @@ def _ffi() -> cffi.FFI:
     return ffi
 
 
-@functools.cache
 def load_library(path: str):
     """dlopen a backend library once per process and check its ABI version."""
-    ffi = _ffi()
+    with _LOAD_LOCK:
+        return _load_library(path)
+
+
+@functools.cache
+def _load_library(path: str):
+    ffi = _build_ffi()
     lib = ffi.dlopen(path)
     version = lib.emg_abi_version()
     if version != ABI_VERSION:
