@@ -72,6 +72,7 @@ class ValidatedSession(BackendSession):
         self.shape = shape
         self.max_batch = max_batch
         self.backend_name = backend_name
+        self.threads = 1  # threads per step in use (set by registry.open_session)
 
     def set_state(self, state: TrainState) -> None:
         validate_state(state, self.shape)

@@ -15,7 +15,7 @@ from setuptools.command.build_ext import build_ext
 
 HERE = Path(__file__).resolve().parent
 INCLUDE = os.environ.get("EEMICROGPT_INCLUDE", str(HERE.parent.parent / "eemicrogpt_core" / "include"))
-KERNEL_SOURCES = ["csrc/step.c", "csrc/session.c", "csrc/peak.c"]
+KERNEL_SOURCES = ["csrc/step.c", "csrc/session.c", "csrc/threads.c", "csrc/pool.c", "csrc/peak.c"]
 # -fno-wrapv undoes the -fwrapv that Python's CFLAGS add: with wrapping signed ints gcc cannot simplify the
 # kernels' index arithmetic (measured 5-10% slower steps at d32/d64).
 COMMON = ["-O3", "-std=gnu11", "-fno-wrapv", "-fno-math-errno", "-fvisibility=hidden", "-Wall", "-Wextra"]
@@ -47,7 +47,7 @@ def extensions() -> list[Extension]:
             include_dirs=[INCLUDE, "csrc"],
             depends=[str(p.relative_to(HERE)) for p in (HERE / "csrc").glob("*.h")],
             extra_compile_args=COMMON + flags,
-            libraries=["m"],
+            libraries=["m", "pthread"],
         )
         for name, flags in VARIANTS.items()
     ]

@@ -3,7 +3,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "adam.h"
 #include "attention.h"
 #include "gemm.h"
 #include "session.h"
@@ -52,11 +51,12 @@ EXPORT int emg_create(int d_model, int n_heads, int max_batch, emg_session **out
     s->d = d_model;
     s->h = n_heads;
     s->max_batch = max_batch;
-    s->max_rows = (max_batch * (EMG_MAX_SEQ - 1) + ROW_PAD - 1) / ROW_PAD * ROW_PAD;
+    s->max_rows = (max_batch * (EMG_MAX_SEQ - 1) + ROW_PAD - 1) / ROW_PAD * ROW_PAD
+                  + (EMG_X86_MAX_THREADS - 1) * ROW_PAD; /* threads.h: one padded chunk per thread */
     s->n_params = n_params_for(d_model);
     size_t floats = layout(s, NULL);
     s->arena = aligned_alloc(64, floats * sizeof(float));
-    s->row_tok = malloc(sizeof(int) * (size_t)s->max_rows * 3 + sizeof(int) * (size_t)(max_batch + 1));
+    s->row_tok = malloc(sizeof(int) * (size_t)s->max_rows * 3);
     if (s->arena == NULL || s->row_tok == NULL) {
         free(s->arena);
         free(s->row_tok);
@@ -67,7 +67,6 @@ EXPORT int emg_create(int d_model, int n_heads, int max_batch, emg_session **out
     layout(s, s->arena);
     s->row_tgt = s->row_tok + s->max_rows;
     s->row_pos = s->row_tgt + s->max_rows;
-    s->seq_start = s->row_pos + s->max_rows;
     k->sync_transposed(s);
     *out = s;
     return EMG_OK;
@@ -75,6 +74,7 @@ EXPORT int emg_create(int d_model, int n_heads, int max_batch, emg_session **out
 
 EXPORT void emg_destroy(emg_session *s) {
     if (s == NULL) return;
+    emg_x86_threads_free(s);
     free(s->arena);
     free(s->row_tok);
     free(s);
@@ -114,12 +114,8 @@ EXPORT int emg_train_steps(emg_session *s, int n_steps, int batch, const uint8_t
     }
     for (int i = 0; i < n_steps; i++) {
         float loss;
-        s->k->loss_and_grad(s, batch, tokens + i * tok_stride, lengths + (long)i * batch, &loss, s->grads);
-        if (!isfinite(loss)) return EMG_ERR_NONFINITE;
-        s->step += 1;
-        if (adam_update(s->params, s->adam_m, s->adam_v, s->grads, s->n_params, s->step, lrs[i]))
-            return EMG_ERR_NONFINITE;
-        s->k->sync_transposed(s);
+        const int status = s->k->train_step(s, batch, tokens + i * tok_stride, lengths + (long)i * batch, lrs[i], &loss);
+        if (status != EMG_OK) return status;
         losses[i] = loss;
     }
     return EMG_OK;

@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include "eemicrogpt.h"
+#include "threads.h"
 
 struct emg_session;
 
@@ -15,6 +16,10 @@ struct emg_kernel {
     /* Forward (and backward into grads when it is not NULL) on an already validated batch. */
     void (*loss_and_grad)(struct emg_session *s, int batch, const uint8_t *tokens, const uint8_t *lengths,
                           float *loss, float *grads);
+    /* One training step (forward, backward, Adam, transposed copies) on an already validated batch; the
+     * loss goes to *loss. EMG_ERR_NONFINITE for a non-finite loss (state unchanged) or parameter. */
+    int (*train_step)(struct emg_session *s, int batch, const uint8_t *tokens, const uint8_t *lengths, float lr,
+                      float *loss);
     /* Rebuild the transposed weight copies from params (after every parameter change). */
     void (*sync_transposed)(struct emg_session *s);
 };
@@ -30,13 +35,16 @@ struct emg_session {
     float *params, *adam_m, *adam_v, *grads;
     /* Transposed weight copies used by the forward GEMMs: [in][out]. WlmT is padded to 32 columns. */
     float *wqkv_t, *wo_t, *wf1_t, *wf2_t, *wlm_t;
-    /* Activations over packed live rows (max_rows, a multiple of ROW_PAD). */
+    /* Activations over packed live rows (max_rows: every chunk starts on a multiple of ROW_PAD). */
     float *x0, *n1, *qkv, *o, *x1, *n2, *hid, *x2, *logits, *r0, *r1, *r2, *att;
     /* Backward buffers. */
     float *dx2, *dhid, *dn2, *dx1, *dout, *dqkv, *dn1;
-    /* Row bookkeeping: input token, target token and position per packed row; first row per sequence. */
-    int *row_tok, *row_tgt, *row_pos, *seq_start;
+    /* Row bookkeeping: input token, target token and position per packed row. */
+    int *row_tok, *row_tgt, *row_pos;
     void *arena; /* one allocation holding all float buffers */
+    /* Threads (threads.h): NULL with one; each step's chunk per participant. */
+    struct emg_threads *threads;
+    struct emg_chunk chunks[EMG_X86_MAX_THREADS];
 };
 
 #define LOGIT_LD 32 /* logits rows padded from VOCAB (27) to 32 floats */
