@@ -22,6 +22,8 @@ COMMON = ["-O3", "-std=gnu11", "-fno-wrapv", "-fno-math-errno", "-fvisibility=hi
 VARIANTS = {
     "avx512": ["-mavx512f", "-mavx512vl", "-mavx512bw", "-mavx512dq", "-mfma"],
     "avx2": ["-mavx2", "-mfma"],
+    # The same kernels with bf16 GEMMs (csrc/gemm_bf16.h: VDPBF16PS, fp32 accumulation and master weights).
+    "avx512_bf16": ["-mavx512f", "-mavx512vl", "-mavx512bw", "-mavx512dq", "-mfma", "-mavx512bf16", "-DEMG_BF16"],
 }
 
 
@@ -48,6 +50,7 @@ def extensions() -> list[Extension]:
             depends=[str(p.relative_to(HERE)) for p in (HERE / "csrc").glob("*.h")],
             extra_compile_args=COMMON + flags,
             libraries=["m", "pthread"],
+            optional=name == "avx512_bf16",  # compilers without -mavx512bf16 (gcc < 10) skip only this one
         )
         for name, flags in VARIANTS.items()
     ]

@@ -35,6 +35,11 @@ static size_t layout(struct emg_session *s, float *base) {
     TAKE(att, rows * (size_t)s->h * ATT_ROW);
     TAKE(dx2, rows * d); TAKE(dhid, rows * 4 * d); TAKE(dn2, rows * d); TAKE(dx1, rows * d);
     TAKE(dout, rows * d); TAKE(dqkv, rows * 3 * d); TAKE(dn1, rows * d);
+#ifdef EMG_BF16 /* sizes in floats: two bf16 per float (see session.h) */
+    TAKE(pk_qkv_t, 3 * d * d / 2); TAKE(pk_o_t, d * d / 2); TAKE(pk_f1_t, 2 * d * d); TAKE(pk_f2_t, 2 * d * d);
+    TAKE(pk_lm_t, d * LOGIT_LD / 2); TAKE(pk_lm, d * LOGIT_LD / 2); TAKE(pk_f2, 2 * d * d); TAKE(pk_f1, 2 * d * d);
+    TAKE(pk_o, d * d / 2); TAKE(pk_qkv, 3 * d * d / 2); TAKE(bf_a, rows * 2 * d); TAKE(bf_b, rows * 2 * d);
+#endif
 #undef TAKE
     return off;
 }

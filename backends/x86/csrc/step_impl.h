@@ -13,6 +13,17 @@
 #define D D_MODEL
 #define F (4 * D_MODEL)
 
+/* The GEMM calls name both operand forms: fp32 B (row-major, ldb) and B packed into bf16 pairs (pk); the
+ * avx512_bf16 build (EMG_BF16) uses the packed form and the chunk's bf16 scratch rows (bfa, bfb). */
+#ifdef EMG_BF16
+#define NN(rows, N, K, A, lda, B, ldb, pk, C, ldc, E, lde, epi) \
+    ((void)(B), gemm_nn_bf16(rows, N, K, A, lda, (const uint32_t *)(pk), C, ldc, E, lde, epi, bfa))
+#define TN(M, N, P, A, lda, B, ldb, C, ldc) gemm_tn_bf16(M, N, P, A, lda, B, ldb, C, ldc, bfa, bfb)
+#else
+#define NN(rows, N, K, A, lda, B, ldb, pk, C, ldc, E, lde, epi) gemm_nn(rows, N, K, A, lda, B, ldb, C, ldc, E, lde, epi)
+#define TN gemm_tn
+#endif
+
 /* Participant tid of n rebuilds every n-th 16-row block of each transposed copy. */
 static void FN(sync_part)(void *ctx, int tid, int n) {
     struct emg_session *s = ctx;
@@ -24,6 +35,19 @@ static void FN(sync_part)(void *ctx, int tid, int n) {
     transpose_part(wf1, F, D, D, s->wf1_t, F, tid, n);
     transpose_part(wf2, D, F, F, s->wf2_t, D, tid, n);
     transpose_part(wlm, EMG_VOCAB, D, D, s->wlm_t, LOGIT_LD, tid, n); /* columns VOCAB..31 stay zero */
+#ifdef EMG_BF16
+    emg_pool_barrier(emg_x86_pool(s)); /* the packed forward copies read whole transposed matrices */
+    pack_pairs(s->wqkv_t, 3 * D, D, D, 3 * D, (uint32_t *)s->pk_qkv_t, tid, n);
+    pack_pairs(s->wo_t, D, D, D, D, (uint32_t *)s->pk_o_t, tid, n);
+    pack_pairs(s->wf1_t, F, D, D, F, (uint32_t *)s->pk_f1_t, tid, n);
+    pack_pairs(s->wf2_t, D, F, F, D, (uint32_t *)s->pk_f2_t, tid, n);
+    pack_pairs(s->wlm_t, LOGIT_LD, D, D, LOGIT_LD, (uint32_t *)s->pk_lm_t, tid, n);
+    pack_pairs(wlm, D, EMG_VOCAB, round_up(EMG_VOCAB, BF_ALIGN_K), D, (uint32_t *)s->pk_lm, tid, n);
+    pack_pairs(wf2, F, D, D, F, (uint32_t *)s->pk_f2, tid, n);
+    pack_pairs(wf1, D, F, F, D, (uint32_t *)s->pk_f1, tid, n);
+    pack_pairs(wo, D, D, D, D, (uint32_t *)s->pk_o, tid, n);
+    pack_pairs(wqkv, D, 3 * D, 3 * D, D, (uint32_t *)s->pk_qkv, tid, n);
+#endif
 }
 
 static void FN(sync_transposed)(struct emg_session *s) { emg_pool_run(emg_x86_pool(s), FN(sync_part), s); }
@@ -39,6 +63,9 @@ static void FN(chunk_step)(struct emg_session *s, const struct emg_chunk *c, con
     float *logits = s->logits + r0 * LOGIT_LD, *rr0 = s->r0 + r0, *rr1 = s->r1 + r0, *rr2 = s->r2 + r0;
     float *att = s->att + r0 * N_HEADS * ATT_ROW;
     const float *tok_emb = s->params, *pos_emb = tok_emb + EMG_VOCAB * D;
+#ifdef EMG_BF16
+    uint16_t *bfa = (uint16_t *)(s->bf_a + r0 * 2 * D), *bfb = (uint16_t *)(s->bf_b + r0 * 2 * D);
+#endif
 
     /* Embedding and the two norms; padding rows are zero all the way through the step. */
     for (int p = 0; p < Pp; p++) {
@@ -52,15 +79,15 @@ static void FN(chunk_step)(struct emg_session *s, const struct emg_chunk *c, con
         rr0[p] = rms_fwd(D, e, x0 + p * D);
         rr1[p] = rms_fwd(D, x0 + p * D, n1 + p * D);
     }
-    gemm_nn(Pp, 3 * D, D, n1, D, s->wqkv_t, 3 * D, qkv, 3 * D, NULL, 0, EPI_NONE);
+    NN(Pp, 3 * D, D, n1, D, s->wqkv_t, 3 * D, s->pk_qkv_t, qkv, 3 * D, NULL, 0, EPI_NONE);
     memset(o + P * D, 0, sizeof(float) * (size_t)(Pp - P) * D);
     for (int b = c->seq0, r = 0; b < c->seq1; r += lengths[b] - 1, b++)
         attn_fwd(D, N_HEADS, qkv + r * 3 * D, o + r * D, att + r * N_HEADS * ATT_ROW, lengths[b] - 1);
-    gemm_nn(Pp, D, D, o, D, s->wo_t, D, x1, D, x0, D, EPI_ADD);
+    NN(Pp, D, D, o, D, s->wo_t, D, s->pk_o_t, x1, D, x0, D, EPI_ADD);
     for (int p = 0; p < Pp; p++) rr2[p] = rms_fwd(D, x1 + p * D, n2 + p * D);
-    gemm_nn(Pp, F, D, n2, D, s->wf1_t, F, hid, F, NULL, 0, EPI_RELU);
-    gemm_nn(Pp, D, F, hid, F, s->wf2_t, D, x2, D, x1, D, EPI_ADD);
-    gemm_nn(Pp, LOGIT_LD, D, x2, D, s->wlm_t, LOGIT_LD, logits, LOGIT_LD, NULL, 0, EPI_NONE);
+    NN(Pp, F, D, n2, D, s->wf1_t, F, s->pk_f1_t, hid, F, NULL, 0, EPI_RELU);
+    NN(Pp, D, F, hid, F, s->wf2_t, D, s->pk_f2_t, x2, D, x1, D, EPI_ADD);
+    NN(Pp, LOGIT_LD, D, x2, D, s->wlm_t, LOGIT_LD, s->pk_lm_t, logits, LOGIT_LD, NULL, 0, EPI_NONE);
 
     /* Cross-entropy; the logits rows become dloss/dlogits = (softmax - onehot) / P_total in place. */
     double sum = 0.0;
@@ -83,24 +110,24 @@ static void FN(chunk_step)(struct emg_session *s, const struct emg_chunk *c, con
     float *g_wo = g_qkv + 3 * D * D, *g_f1 = g_wo + D * D, *g_f2 = g_f1 + F * D, *g_lm = g_f2 + D * F;
 
     /* LM head */
-    gemm_nn(Pp, D, EMG_VOCAB, logits, LOGIT_LD, wlm, D, dx2, D, NULL, 0, EPI_NONE);
-    gemm_tn(EMG_VOCAB, D, P, logits, LOGIT_LD, x2, D, g_lm, D);
+    NN(Pp, D, EMG_VOCAB, logits, LOGIT_LD, wlm, D, s->pk_lm, dx2, D, NULL, 0, EPI_NONE);
+    TN(EMG_VOCAB, D, P, logits, LOGIT_LD, x2, D, g_lm, D);
     /* FFN */
-    gemm_nn(Pp, F, D, dx2, D, wf2, F, dhid, F, hid, F, EPI_MASK);
-    gemm_tn(D, F, P, dx2, D, hid, F, g_f2, F);
-    gemm_nn(Pp, D, F, dhid, F, wf1, D, dn2, D, NULL, 0, EPI_NONE);
-    gemm_tn(F, D, P, dhid, F, n2, D, g_f1, D);
+    NN(Pp, F, D, dx2, D, wf2, F, s->pk_f2, dhid, F, hid, F, EPI_MASK);
+    TN(D, F, P, dx2, D, hid, F, g_f2, F);
+    NN(Pp, D, F, dhid, F, wf1, D, s->pk_f1, dn2, D, NULL, 0, EPI_NONE);
+    TN(F, D, P, dhid, F, n2, D, g_f1, D);
     for (int p = 0; p < Pp; p++) rms_bwd(D, dn2 + p * D, n2 + p * D, rr2[p], dx2 + p * D, dx1 + p * D);
     /* attention output projection and attention */
-    gemm_nn(Pp, D, D, dx1, D, wo, D, dout, D, NULL, 0, EPI_NONE);
-    gemm_tn(D, D, P, dx1, D, o, D, g_wo, D);
+    NN(Pp, D, D, dx1, D, wo, D, s->pk_o, dout, D, NULL, 0, EPI_NONE);
+    TN(D, D, P, dx1, D, o, D, g_wo, D);
     memset(dqkv + P * 3 * D, 0, sizeof(float) * (size_t)(Pp - P) * 3 * D);
     for (int b = c->seq0, r = 0; b < c->seq1; r += lengths[b] - 1, b++)
         attn_bwd(D, N_HEADS, qkv + r * 3 * D, att + r * N_HEADS * ATT_ROW, dout + r * D, dqkv + r * 3 * D,
                  lengths[b] - 1);
     /* Q, K, V projections (one GEMM each way: Wq, Wk, Wv are adjacent in the parameter layout) */
-    gemm_nn(Pp, D, 3 * D, dqkv, 3 * D, wqkv, D, dn1, D, NULL, 0, EPI_NONE);
-    gemm_tn(3 * D, D, P, dqkv, 3 * D, n1, D, g_qkv, D);
+    NN(Pp, D, 3 * D, dqkv, 3 * D, wqkv, D, s->pk_qkv, dn1, D, NULL, 0, EPI_NONE);
+    TN(3 * D, D, P, dqkv, 3 * D, n1, D, g_qkv, D);
     /* the two norms and the embedding scatter */
     memset(g_tok, 0, sizeof(float) * (EMG_VOCAB + EMG_MAX_SEQ) * D);
     for (int p = 0; p < P; p++) {
@@ -158,3 +185,5 @@ static const struct emg_kernel FN(kernel) = {D_MODEL, N_HEADS, FN(loss_and_grad)
 #undef D
 #undef F
 #undef FN
+#undef NN
+#undef TN
