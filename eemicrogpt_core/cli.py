@@ -18,7 +18,7 @@ from typer.core import TyperGroup
 
 from . import __version__, bench
 from .checkpoint import Checkpoint, load_checkpoint
-from .config import TrainConfig, load_config, resolve_backend
+from .config import TrainConfig, build_config, load_config, resolve_backend
 from .data import encode, read_names, split
 from .datafile import resolve_data_path
 from .errors import ConfigError, EemicrogptError
@@ -156,7 +156,7 @@ def train_cmd(
     out: Annotated[str | None, typer.Option(help="run directory (default runs/<time>-d<d_model>)")] = None,
     log_every: Annotated[int | None, typer.Option(help="steps between log lines, val loss and checkpoints")] = None,
     resume: Annotated[Path | None, typer.Option(help="continue the run in this directory exactly")] = None,
-    threads: Annotated[int | None, typer.Option(min=1, help=_THREADS_HELP)] = None,
+    threads: Annotated[int | None, typer.Option(help=_THREADS_HELP)] = None,
 ) -> None:
     """Train a model; writes config.yaml, metrics.jsonl and checkpoint.npz to the run directory."""
     console = Console(soft_wrap=True)  # log lines stay whole in logs and pipes
@@ -178,7 +178,7 @@ def train_cmd(
             return
         cfg, run, ckpt, prepared = setup
         if threads is not None:
-            cfg = dataclasses.replace(cfg, threads=threads)
+            cfg = build_config([("command line", {"threads": threads})], cfg)  # checked like any override
     else:
         cfg, run, prepared = _fresh_setup(registry, config, overrides, backend, data)
         ckpt = None
@@ -290,7 +290,7 @@ def bench_cmd(
     seconds: Annotated[float, typer.Option(help="timed seconds per cell")] = 0.3,
     data: Annotated[str | None, typer.Option(help=_DATA_HELP)] = None,
     as_json: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
-    threads: Annotated[int | None, typer.Option(min=1, help=_THREADS_HELP)] = None,
+    threads: Annotated[int | None, typer.Option(help=_THREADS_HELP)] = None,
 ) -> None:
     """Median us/step, us/sample, steps/s, GFLOP/s and % of FP32 peak per backend and size (batch 16)."""
     sizes = tuple(d_model) if d_model else bench.SIZES
@@ -301,6 +301,8 @@ def bench_cmd(
             raise ConfigError(f"--d-model {d}: {e}") from None
     if repeats < 1 or seconds <= 0:
         raise ConfigError("--repeats must be >= 1 and --seconds > 0")
+    if threads is not None and threads < 1:
+        raise ConfigError(f"--threads must be >= 1, got {threads}")
     if loss_at is not None and loss_at <= 0:
         raise ConfigError(f"--loss-at must be a positive number of seconds, got {loss_at}")
     registry = load_registry()
