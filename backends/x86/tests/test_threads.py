@@ -1,6 +1,6 @@
 """A step split across threads (emg_set_threads): the same gradients as one thread, bit-identical runs for a
-given thread count, chunks left empty when the batch is smaller than the pool, the C argument checks, and
-the conformance kit on an explicit 3-thread pool."""
+given thread count, chunks left empty when the batch is smaller than the pool and the C argument checks.
+The conformance kit on 2 and 3 threads is in test_conformance.py."""
 
 from __future__ import annotations
 
@@ -8,11 +8,9 @@ import numpy as np
 import pytest
 from reference64 import clear_inputs, random_batch, rel_rms
 
-import eemicrogpt_core.threads
 from eemicrogpt_core.backend import TrainState
 from eemicrogpt_core.model import MAX_SEQ, ModelShape, init_params
 from eemicrogpt_core.native import NativeBackendError, NativeSession, _ffi, load_library
-from eemicrogpt_core.testing import BackendConformance
 
 ARGUMENT, UNSUPPORTED, NONFINITE = 1, 2, 4
 
@@ -106,19 +104,3 @@ def test_threaded_nonfinite_loss_keeps_state(lib_path: str) -> None:
     session.close()
     assert state.step == 0
     assert np.array_equal(state.params, params)
-
-
-class TestAvx512ThreeThreads(BackendConformance):
-    """The kit through open_session's default thread count, pinned to 3 here (odd: uneven chunks)."""
-
-    backend_name = "avx512"
-    d_models = (16, 64, 128)
-    trajectory_steps = 100
-
-    @pytest.fixture(autouse=True)
-    def _three_threads(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        monkeypatch.setattr(eemicrogpt_core.threads, "physical_cores", lambda *_: 3)
-
-    def test_kit_sessions_run_on_three_threads(self) -> None:
-        with self.open(16) as session:
-            assert session.threads == 3
