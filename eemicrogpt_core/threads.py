@@ -11,35 +11,19 @@ import os
 from pathlib import Path
 from typing import Any
 
-SYS_CPU = Path("/sys/devices/system/cpu")
+from .sweep import cpus
+
+SYS_CPU = cpus.SYSFS_CPUS
 # The default never exceeds this: a step holds at most 256 x 15 rows, and finer chunks than this would be
 # dominated by the per-step synchronisation (a judgement, not a measurement: this machine has 2 vCPUs).
 MAX_DEFAULT_THREADS = 16
-
-
-def parse_cpu_list(text: str) -> set[int]:
-    """The CPUs of a kernel cpu list such as "0-3,8,10-11"."""
-    cpus: set[int] = set()
-    for part in text.strip().split(","):
-        if not part:
-            continue
-        first, _, last = part.partition("-")
-        cpus.update(range(int(first), int(last or first) + 1))
-    return cpus
 
 
 def physical_cores(allowed: set[int] | None = None, sys_cpu: Path = SYS_CPU) -> int:
     """Physical cores among the CPUs this process may use (SMT siblings counted once); at least 1."""
     if allowed is None:
         allowed = set(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else set(range(os.cpu_count() or 1))
-    cores: set[frozenset[int]] = set()
-    for cpu in allowed:
-        try:
-            siblings = parse_cpu_list((sys_cpu / f"cpu{cpu}" / "topology" / "thread_siblings_list").read_text())
-        except (OSError, ValueError):  # no sysfs (macOS, containers without it): every CPU is its own core
-            siblings = {cpu}
-        cores.add(frozenset(siblings & allowed or {cpu}))
-    return max(1, len(cores))
+    return max(1, len(cpus.physical_cores(allowed, sys_cpu)))
 
 
 def apply_threads(session: Any, requested: int | None) -> int:

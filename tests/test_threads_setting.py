@@ -8,7 +8,7 @@ import pytest
 
 from eemicrogpt_core.config import load_config
 from eemicrogpt_core.errors import ConfigError
-from eemicrogpt_core.threads import MAX_DEFAULT_THREADS, apply_threads, parse_cpu_list, physical_cores
+from eemicrogpt_core.threads import MAX_DEFAULT_THREADS, apply_threads, physical_cores
 
 
 def _fake_sysfs(root: Path, siblings: dict[int, str]) -> Path:
@@ -17,11 +17,6 @@ def _fake_sysfs(root: Path, siblings: dict[int, str]) -> Path:
         topology.mkdir(parents=True)
         (topology / "thread_siblings_list").write_text(text + "\n")
     return root
-
-
-def test_parse_cpu_list() -> None:
-    assert parse_cpu_list("0-3,8,10-11\n") == {0, 1, 2, 3, 8, 10, 11}
-    assert parse_cpu_list("5") == {5}
 
 
 def test_smt_siblings_count_once(tmp_path: Path) -> None:
