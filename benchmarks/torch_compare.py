@@ -1,13 +1,16 @@
 """Side by side: an idiomatic PyTorch implementation of the eemicrogpt model against our backends.
 
-Batch 16, float32, one thread everywhere. PyTorch runs eager autograd with torch.optim.Adam
-(betas 0.85/0.99, eps 1e-8) over padded [B, 16] batches (padding ignored by the loss, causal mask), which
-is how one would write it; the backends run the same steps on the same batches from the same initial
-parameters. Rounds interleave the contenders (A/B/C, A/B/C, ...) so machine noise hits all alike; the
-table reports median us/step per size and each backend's speed-up over PyTorch.
+Batch 16, float32. PyTorch runs autograd with torch.optim.Adam (betas 0.85/0.99, eps 1e-8) over padded
+[B, 16] batches (padding ignored by the loss, causal mask), which is how one would write it, in its best
+configuration per size: every combination of 1 or --threads threads, fused or plain Adam, eager or
+torch.compile is timed first (a short tuning run each, after a warm-up that includes compiling) and the
+fastest takes part. The backends run the same steps on the same batches from the same initial parameters,
+with --threads threads where they can split a step. Rounds interleave the contenders (A/B/C, A/B/C, ...) so
+machine noise hits all alike; the table reports median us/step per size, torch's chosen configuration and
+each backend's speed-up over it.
 
-    python benchmarks/torch_compare.py                 # d16..d128, avx512 and numpy_ref vs torch
-    python benchmarks/torch_compare.py --sizes 16 32 --rounds 9 --json
+    python benchmarks/torch_compare.py                 # d16..d128, avx512 and numpy_ref vs torch's best
+    python benchmarks/torch_compare.py --sizes 16 32 --rounds 9 --threads 2 --no-compile --json
 """
 
 from __future__ import annotations
@@ -18,10 +21,12 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):  # b
     os.environ.setdefault(_var, "1")
 
 import argparse  # noqa: E402
+import itertools  # noqa: E402
 import json  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
+from dataclasses import asdict, dataclass  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -34,6 +39,7 @@ from eemicrogpt_core.registry import load_registry, open_session  # noqa: E402
 
 DEFAULT_NAMES = Path(__file__).resolve().parents[2] / "shared" / "data" / "names.txt"
 STEPS_PER_ROUND = {16: 40, 32: 30, 64: 12, 128: 4}  # per contender per round: a few ms to ~0.1 s each
+TUNING_REPEATS = 3  # timed runs of one round's steps per torch configuration (median kept)
 
 
 def _torch():
@@ -41,8 +47,67 @@ def _torch():
         import torch
     except ImportError:
         sys.exit("torch is not installed: pip install torch==2.13.0 (this comparison needs it)")
-    torch.set_num_threads(1)
     return torch
+
+
+@dataclass(frozen=True)
+class TorchConfig:
+    threads: int
+    fused_adam: bool
+    compiled: bool
+
+    @property
+    def label(self) -> str:
+        adam = "fused" if self.fused_adam else "plain"
+        return f"{self.threads}t {adam} Adam {'compiled' if self.compiled else 'eager'}"
+
+
+class TorchRun:
+    """One torch contender: model, optimiser and configuration, stepping through the shared batches."""
+
+    def __init__(self, torch, shape: ModelShape, params: np.ndarray, config: TorchConfig, idx, tgt,
+                 lrs: np.ndarray) -> None:
+        self.torch, self.config, self.idx, self.tgt, self.lrs = torch, config, idx, tgt, lrs
+        self.shape = shape
+        self.model = build_torch_model(torch, shape, params)
+        self.forward = torch.compile(self.model) if config.compiled else self.model
+        self.reset(params)
+
+    def reset(self, params: np.ndarray) -> None:
+        """Weights back to params and a fresh optimiser (a compiled graph is kept: it reads the same modules)."""
+        load_weights(self.torch, self.model, self.shape, params)
+        self.opt = self.torch.optim.Adam(self.model.parameters(), lr=float(self.lrs[0]),
+                                         betas=(ADAM_BETA1, ADAM_BETA2), eps=ADAM_EPS, fused=self.config.fused_adam)
+
+    def run(self, lo: int, hi: int) -> np.ndarray:
+        self.torch.set_num_threads(self.config.threads)
+        out = np.empty(hi - lo, np.float32)
+        for i in range(lo, hi):
+            for group in self.opt.param_groups:
+                group["lr"] = float(self.lrs[i])
+            self.opt.zero_grad(set_to_none=True)
+            loss = self.forward(self.idx[i], self.tgt[i])
+            loss.backward()
+            self.opt.step()
+            out[i - lo] = loss.item()
+        return out
+
+
+def tune_torch(torch, shape: ModelShape, params: np.ndarray, idx, tgt, lrs: np.ndarray, steps: int,
+               configs: list[TorchConfig]) -> tuple[TorchConfig, dict[str, float]]:
+    """Time every configuration on the first `steps` batches (after a warm-up run); the fastest wins."""
+    timings = {}
+    for config in configs:
+        runner = TorchRun(torch, shape, params, config, idx, tgt, lrs)
+        runner.run(0, min(2, steps))  # lazy init and, when compiled, the compilation itself
+        runs = []
+        for _ in range(TUNING_REPEATS):
+            start = time.perf_counter()
+            runner.run(0, steps)
+            runs.append((time.perf_counter() - start) / steps * 1e6)
+        timings[config.label] = statistics.median(runs)
+    best = min(configs, key=lambda c: timings[c.label])
+    return best, timings
 
 
 def build_torch_model(torch, shape: ModelShape, params: np.ndarray):
@@ -76,13 +141,18 @@ def build_torch_model(torch, shape: ModelShape, params: np.ndarray):
             return F.cross_entropy(logits.view(-1, VOCAB), targets.view(-1), ignore_index=-1)
 
     model = TinyGPT()
+    load_weights(torch, model, shape, params)
+    return model
+
+
+def load_weights(torch, model, shape: ModelShape, params: np.ndarray) -> None:
+    """Copy our flat parameter buffer into the module's weights."""
     w = views(shape, params)
     with torch.no_grad():
         for module, name in [(model.tok_emb, "tok_emb"), (model.pos_emb, "pos_emb"), (model.wq, "Wq"),
                              (model.wk, "Wk"), (model.wv, "Wv"), (model.wo, "Wo"), (model.fc1, "Wf1"),
                              (model.fc2, "Wf2"), (model.lm_head, "Wlm")]:
             module.weight.copy_(torch.from_numpy(w[name].copy()))
-    return model
 
 
 def torch_batches(torch, tokens: np.ndarray, lengths: np.ndarray):
@@ -93,31 +163,22 @@ def torch_batches(torch, tokens: np.ndarray, lengths: np.ndarray):
     return idx, tgt.masked_fill(~live, -1)
 
 
-def compare(torch, shape: ModelShape, batches, lrs: np.ndarray, backends: list[str], rounds: int) -> dict:
+def compare(torch, shape: ModelShape, batches, lrs: np.ndarray, backends: list[str], rounds: int,
+            threads: int, torch_configs: list[TorchConfig]) -> dict:
     tokens, lengths = batches
     steps = tokens.shape[0] // rounds
     params = init_params(shape, seed=0)
+    idx, tgt = torch_batches(torch, tokens, lengths)
+    best, tuning = tune_torch(torch, shape, params, idx, tgt, lrs, steps, torch_configs)
     registry = load_registry()
     sessions = {}
     for name in backends:
         entry = registry.select(name, shape, tokens.shape[1])
-        sessions[name] = open_session(entry, shape, tokens.shape[1])
+        sessions[name] = open_session(entry, shape, tokens.shape[1], threads=threads)
         sessions[name].set_state(TrainState.fresh(params))
-    model = build_torch_model(torch, shape, params)
-    opt = torch.optim.Adam(model.parameters(), lr=float(lrs[0]), betas=(ADAM_BETA1, ADAM_BETA2), eps=ADAM_EPS)
-    idx, tgt = torch_batches(torch, tokens, lengths)
-
-    def run_torch(lo: int, hi: int) -> np.ndarray:
-        out = np.empty(hi - lo, np.float32)
-        for i in range(lo, hi):
-            for group in opt.param_groups:
-                group["lr"] = float(lrs[i])
-            opt.zero_grad(set_to_none=True)
-            loss = model(idx[i], tgt[i])
-            loss.backward()
-            opt.step()
-            out[i - lo] = loss.item()
-        return out
+    torch_run = TorchRun(torch, shape, params, best, idx, tgt, lrs)
+    torch_run.run(0, min(2, steps))  # lazy init and compilation before the timed rounds
+    torch_run.reset(params)
 
     times: dict[str, list[float]] = {name: [] for name in ["torch", *backends]}
     losses: dict[str, list[np.ndarray]] = {name: [] for name in times}
@@ -126,11 +187,12 @@ def compare(torch, shape: ModelShape, batches, lrs: np.ndarray, backends: list[s
         for name in times:  # interleaved: every contender runs this round's steps back to back
             start = time.perf_counter()
             if name == "torch":
-                got = run_torch(lo, hi)
+                got = torch_run.run(lo, hi)
             else:
                 got = sessions[name].train_steps(tokens[lo:hi], lengths[lo:hi], lrs[lo:hi])
             times[name].append((time.perf_counter() - start) / steps * 1e6)
             losses[name].append(got)
+    sessions_threads = {name: session.threads for name, session in sessions.items()}
     for session in sessions.values():
         session.close()
     # Round 0 includes warm-up (allocation, first touches, torch's lazy init): drop it from the medians.
@@ -139,6 +201,9 @@ def compare(torch, shape: ModelShape, batches, lrs: np.ndarray, backends: list[s
     return {
         "d_model": shape.d_model,
         "steps": steps * rounds,
+        "threads": {name: sessions_threads[name] for name in backends},
+        "torch_config": asdict(best),
+        "torch_tuning_us_per_step": tuning,
         "us_per_step": med,
         "speedup_vs_torch": {name: med["torch"] / med[name] for name in backends},
         "max_loss_diff_vs_torch_first_10": {
@@ -153,14 +218,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--backends", nargs="+", default=["avx512", "numpy_ref"])
     ap.add_argument("--rounds", type=int, default=7, help="interleaved rounds (the first is warm-up)")
     ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--threads", type=int, default=2, help="threads for our backends and torch's 2-thread trials")
+    ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile trials (slow to compile)")
     ap.add_argument("--names", type=Path, default=DEFAULT_NAMES)
     ap.add_argument("--json", action="store_true", help="print JSON instead of the table")
     args = ap.parse_args(argv)
     if args.rounds < 2:
         ap.error("--rounds must be >= 2 (the first round is warm-up)")
+    if args.threads < 1:
+        ap.error("--threads must be >= 1")
     if not args.names.is_file():
         ap.error(f"names file not found: {args.names} (pass --names)")
     torch = _torch()
+    configs = [TorchConfig(t, fused, compiled) for t, fused, compiled in itertools.product(
+        sorted({1, args.threads}), (False, True), (False,) if args.no_compile else (False, True))]
     data, _ = encode(read_names(args.names, drop_invalid=True).names)
     results = []
     for d in args.sizes:
@@ -168,12 +239,12 @@ def main(argv: list[str] | None = None) -> int:
         steps = STEPS_PER_ROUND.get(d, 4) * args.rounds
         batches = BatchSampler(data, args.batch, seed=1234, stream=7).sample(steps)
         lrs = lr_schedule(1, steps, steps, 0.003)
-        results.append(compare(torch, shape, batches, lrs, args.backends, args.rounds))
+        results.append(compare(torch, shape, batches, lrs, args.backends, args.rounds, args.threads, configs))
     if args.json:
         print(json.dumps({"torch_version": torch.__version__, "batch": args.batch, "results": results}, indent=2))
         return 0
-    print(f"torch {torch.__version__}, batch {args.batch}, 1 thread; median us/step over {args.rounds - 1} "
-          "interleaved rounds (speed-up = torch / backend)")
+    print(f"torch {torch.__version__}, batch {args.batch}, backends on up to {args.threads} threads; median us/step "
+          f"over {args.rounds - 1} interleaved rounds (speed-up = torch at its best / backend)")
     head = ["d_model", "torch"] + [f"{b}" for b in args.backends] + [f"x {b}" for b in args.backends]
     print(" | ".join(f"{h:>12}" for h in head))
     for row in results:
@@ -181,6 +252,9 @@ def main(argv: list[str] | None = None) -> int:
         cells += [f"{row['us_per_step'][b]:.1f}" for b in args.backends]
         cells += [f"{row['speedup_vs_torch'][b]:.1f}x" for b in args.backends]
         print(" | ".join(f"{c:>12}" for c in cells))
+    for row in results:
+        print(f"d{row['d_model']}: torch's best: {TorchConfig(**row['torch_config']).label}; backends' threads "
+              f"{row['threads']}")
     for row in results:
         diffs = ", ".join(f"{b} {v:.1e}" for b, v in row["max_loss_diff_vs_torch_first_10"].items())
         print(f"d{row['d_model']}: largest loss difference vs torch over the first 10 steps: {diffs}")

@@ -51,11 +51,13 @@ class State:
 class Raw:
     """One emg_session opened directly through cffi (no Python-side checks in the way)."""
 
-    def __init__(self, lib: Any, shape: ModelShape, max_batch: int = SESSION_BATCH) -> None:
+    def __init__(self, lib: Any, shape: ModelShape, max_batch: int = SESSION_BATCH, threads: int = 1) -> None:
         self.ffi, self.lib, self.shape = _ffi(), lib, shape
         out = self.ffi.new("emg_session **")
         assert lib.emg_create(shape.d_model, shape.n_heads, max_batch, out) == OK
         self.s = out[0]
+        if threads != 1:  # the optional emg_set_threads export: every rule holds on the threaded path too
+            assert lib.emg_set_threads(self.s, threads) == OK
 
     def close(self) -> None:
         self.lib.emg_destroy(self.s)
@@ -145,6 +147,7 @@ BAD_BATCHES = ("batch_0", "batch_over_max", "length_1", "length_over_max_seq", "
 
 class NativeAbiContract:
     backend_name: ClassVar[str] = ""
+    threads: ClassVar[int] = 1  # > 1: every session is split across that many threads (emg_set_threads)
 
     def library_path(self) -> Path | str | None:
         raise NotImplementedError("return the path of the backend's shared library (None when not built)")
@@ -164,9 +167,12 @@ class NativeAbiContract:
                 return ModelShape(d, h)
         pytest.fail(f"{self.backend_name} supports none of {CANDIDATE_SHAPES}")
 
+    def open(self, lib: Any, shape: ModelShape) -> Raw:
+        return Raw(lib, shape, threads=self.threads)
+
     @pytest.fixture
     def raw(self, lib: Any, shape: ModelShape) -> Any:
-        session = Raw(lib, shape)
+        session = self.open(lib, shape)
         yield session
         session.close()
 
@@ -261,7 +267,7 @@ class NativeAbiContract:
         st = fresh(shape, step=5)
         tokens, lengths = batches(3, 2, seed=8)
         lrs = np.full(3, 1e-2, np.float32)
-        one, probe = Raw(lib, shape), Raw(lib, shape)
+        one, probe = self.open(lib, shape), self.open(lib, shape)
         try:
             one.set(st)
             losses = np.zeros(3, np.float32)
@@ -320,7 +326,7 @@ class NativeAbiContract:
         tokens, lengths = batches(3, 2, seed=11, avoid=5)
         tokens[1, 0, 1] = 5
         lrs = np.full(3, 1e-2, np.float32)
-        whole, first = Raw(lib, shape), Raw(lib, shape)
+        whole, first = self.open(lib, shape), self.open(lib, shape)
         try:
             whole.set(st)
             losses = np.zeros(3, np.float32)

@@ -63,12 +63,14 @@ class BenchRow:
     live_positions: float  # mean live positions per measured step
     steps_timed: int
     repeats: int
+    threads: int = 1  # threads per step the session used
+    precision: str = "fp32"  # compute precision of the backend (its spec's extra["precision"], default fp32)
     error: str | None = None  # the backend failed on this cell; the numbers are NaN
 
 
 def failed_row(backend: str, shape: ModelShape, batch: int, error: str) -> BenchRow:
     nan = float("nan")
-    return BenchRow(backend, shape.d_model, shape.n_heads, batch, nan, nan, nan, nan, None, nan, 0, 0, error)
+    return BenchRow(backend, shape.d_model, shape.n_heads, batch, nan, nan, nan, nan, None, nan, 0, 0, error=error)
 
 
 def heads_for(d_model: int) -> int:
@@ -86,10 +88,12 @@ def time_steps(
     target_s: float = 0.3,
     peak: float | None = None,
     seed: int = 0,
+    threads: int | None = None,
 ) -> BenchRow:
     """Median us/step over `repeats` timed chunks after a warm-up; real batches from the sampler."""
     sampler = BatchSampler(data, batch, seed, stream=BENCH_STREAM)
-    with open_session(entry, shape, batch) as session:
+    with open_session(entry, shape, batch, threads=threads) as session:
+        threads_used = session.threads
         session.set_state(TrainState.fresh(init_params(shape, seed)))
         step = 0
 
@@ -130,7 +134,14 @@ def time_steps(
         live_positions=float((lengths_all.astype(np.float64) - 1).sum(axis=-1).mean()),
         steps_timed=k * repeats,
         repeats=repeats,
+        threads=threads_used,
+        precision=precision_of(entry),
     )
+
+
+def precision_of(entry: BackendEntry) -> str:
+    """The compute precision a backend declares (BackendSpec.extra["precision"]); fp32 when it declares none."""
+    return entry.spec.extra.get("precision", "fp32") if entry.spec else "fp32"
 
 
 def pick_backends(registry: BackendRegistry, requested: str | None) -> list[BackendEntry]:
@@ -157,6 +168,7 @@ def measure(
     peak: float | None = None,
     repeats: int = 5,
     target_s: float = 0.3,
+    threads: int | None = None,
 ) -> tuple[list[BenchRow], list[str]]:
     """Time each (backend, d_model, batch) cell that the backend supports; a note for each it does not.
 
@@ -170,7 +182,8 @@ def measure(
             notes.append(f"{entry.name} d{d} batch {batch}: skipped ({reason})")
             continue
         try:
-            rows.append(time_steps(entry, shape, batch, data, repeats=repeats, target_s=target_s, peak=peak))
+            rows.append(time_steps(entry, shape, batch, data, repeats=repeats, target_s=target_s, peak=peak,
+                                   threads=threads))
         except Exception as exc:
             rows.append(failed_row(entry.name, shape, batch, f"{type(exc).__name__}: {exc}"))
     return rows, notes
@@ -213,14 +226,15 @@ class LossRow:
 
 def loss_at(
     registry: BackendRegistry, entry: BackendEntry, sizes: Iterable[int], data: PreparedData, data_path: str,
-    seconds: float,
+    seconds: float, threads: int | None = None,
 ) -> list[LossRow]:
     """The seed's bpc@1s: train each size from scratch within `seconds`, LR schedule spanning those steps."""
     rows = []
     for d in sizes:
         base = preset(d) if d in PRESETS else TrainConfig(d_model=d)
         cfg = dataclasses.replace(
-            base, backend=entry.selector, data=data_path, time_budget=seconds, log_every=10**9, out=None
+            base, backend=entry.selector, data=data_path, time_budget=seconds, log_every=10**9, out=None,
+            threads=threads,
         )
         try:
             result = train(cfg, registry, data=data)

@@ -20,7 +20,7 @@ from typer.core import TyperGroup
 
 from . import __version__, bench
 from .checkpoint import Checkpoint, load_checkpoint
-from .config import MAX_D_MODEL, TrainConfig, load_config, resolve_backend
+from .config import MAX_D_MODEL, TrainConfig, build_config, load_config, resolve_backend
 from .data import encode, read_names, split
 from .datafile import resolve_data_path
 from .errors import CheckpointError, ConfigError, EemicrogptError, describe_os_error
@@ -109,6 +109,7 @@ def main(
     pass  # the app's help text is set on the Typer above
 
 
+_THREADS_HELP = "threads per step (default: the physical cores available; same threads => same losses)"
 _BACKEND_HELP = "backend name or 'auto' (precedence: this flag > $EEMICROGPT_BACKEND > config > auto)"
 _DATA_HELP = "names file (precedence: this flag > $EEMICROGPT_DATA > config > cached makemore names.txt)"
 
@@ -212,25 +213,29 @@ def train_cmd(
         bool, typer.Option("--allow-data-change", help="with --resume: continue even though the names file "
                            "differs from the one the run trained on (its sha256 is in the checkpoint)")
     ] = False,
+    threads: Annotated[int | None, typer.Option(help=_THREADS_HELP)] = None,
 ) -> None:
     """Train a model; writes config.yaml, metrics.jsonl and checkpoint.npz to the run directory."""
     console = Console(soft_wrap=True)  # log lines stay whole in logs and pipes
     overrides = {
         "d_model": d_model, "n_heads": n_heads, "batch": batch, "steps": steps, "time_budget": time_budget,
         "lr": lr, "seed": seed, "out": out, "log_every": log_every, "drop_invalid": drop_invalid or None,
+        "threads": threads,
     }
     registry = load_registry()
     if resume is not None:
-        given = [f"--{k.replace('_', '-')}" for k, v in overrides.items() if v is not None]
+        given = [f"--{k.replace('_', '-')}" for k, v in overrides.items() if v is not None and k != "threads"]
         if config is not None:
             given.insert(0, "--config")
         if given:
             raise ConfigError(f"--resume continues the saved config; drop {', '.join(given)} "
-                              "(only --backend and --data may change)")
+                              "(only --backend, --data and --threads may change)")
         setup = _resume_setup(registry, resume, backend, data, allow_data_change, console)
         if setup is None:
             return
         cfg, run, ckpt, prepared = setup
+        if threads is not None:
+            cfg = build_config([("command line", {"threads": threads})], cfg)  # checked like any override
     else:
         if allow_data_change:
             raise ConfigError("--allow-data-change only applies with --resume")
@@ -331,13 +336,15 @@ def _pct(value: float | None) -> str:
 
 
 def _speed_table(title: str, rows: list[bench.BenchRow]) -> Table:
-    table = Table("backend", "d_model", "heads", "batch", "us/step", "us/sample", "steps/s", "GFLOP/s",
-                  "% peak", "live pos", title=title)
+    table = Table("backend", "threads", "precision", "d_model", "heads", "batch", "us/step", "us/sample", "steps/s",
+                  "GFLOP/s", "% peak", "live pos", title=title)
     for r in rows:
         if r.error is not None:
-            table.add_row(r.backend, str(r.d_model), str(r.n_heads), str(r.batch), f"failed: {r.error}")
+            table.add_row(r.backend, str(r.threads), r.precision, str(r.d_model), str(r.n_heads), str(r.batch),
+                          f"failed: {r.error}")
             continue
-        table.add_row(r.backend, str(r.d_model), str(r.n_heads), str(r.batch), f"{r.us_per_step:,.1f}",
+        table.add_row(r.backend, str(r.threads), r.precision, str(r.d_model), str(r.n_heads), str(r.batch),
+                      f"{r.us_per_step:,.1f}",
                       f"{r.us_per_sample:,.2f}", f"{r.steps_per_s:,.0f}", f"{r.gflops:.2f}", _pct(r.pct_peak),
                       f"{r.live_positions:.0f}")
     return table
@@ -359,6 +366,7 @@ def bench_cmd(
     seconds: Annotated[float, typer.Option(help="timed seconds per cell")] = 0.3,
     data: Annotated[str | None, typer.Option(help=_DATA_HELP)] = None,
     as_json: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
+    threads: Annotated[int | None, typer.Option(help=_THREADS_HELP)] = None,
 ) -> None:
     """Median us/step, us/sample, steps/s, GFLOP/s and % of FP32 peak per backend and size (batch 16)."""
     sizes = tuple(d_model) if d_model else bench.SIZES
@@ -375,6 +383,8 @@ def bench_cmd(
                                ("--peak-gflops", peak_gflops_, math.inf)):
         if value is not None and not (math.isfinite(value) and 0 < value <= bound):
             raise ConfigError(f"{flag} must be a finite number in (0, {bound:g}], got {value}")
+    if threads is not None and threads < 1:
+        raise ConfigError(f"--threads must be >= 1, got {threads}")
     registry = load_registry()
     entries = bench.pick_backends(registry, backend)
     data_path = resolve_data_path(data, None)
@@ -386,7 +396,7 @@ def bench_cmd(
     peak_source = "--peak-gflops" if peak_gflops_ else (f"measured by {measured.source}" if measured else None)
     console = _wide_console(stderr=as_json)
     console.print(f"timing {', '.join(e.name for e in entries)} at d_model {', '.join(map(str, sizes))} ...")
-    timing = {"peak": peak, "repeats": repeats, "target_s": seconds}
+    timing = {"peak": peak, "repeats": repeats, "target_s": seconds, "threads": threads}
     rows, notes = bench.measure(bench.speed_cells(entries, sizes), train_set, **timing)
     scaling: list[bench.BenchRow] = []
     losses: list[bench.LossRow] = []
@@ -398,7 +408,7 @@ def bench_cmd(
     if loss_at is not None and best is not None:
         console.print(f"loss within {loss_at:g} s on {best.name} ...")
         prepared = PreparedData(train_set, val_set, 0, 0)
-        losses = bench.loss_at(registry, best, sizes, prepared, str(data_path), loss_at)
+        losses = bench.loss_at(registry, best, sizes, prepared, str(data_path), loss_at, threads)
     if as_json:
         payload = bench.as_json(speed=rows, batch_scaling=scaling, loss_at=losses, notes=notes,
                                 peak_gflops=peak, peak_source=peak_source, flops_formula=bench.__doc__)

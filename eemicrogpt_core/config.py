@@ -60,6 +60,7 @@ class TrainConfig:
     chunk_steps: int = 250  # steps per backend call: amortises Python overhead
     out: str | None = None  # run directory; None: runs/<time>-d<d_model>
     dtype: str = "float32"
+    threads: int | None = None  # threads per step; None: the physical cores available (eemicrogpt_core.threads)
 
     @property
     def shape(self) -> ModelShape:
@@ -107,6 +108,7 @@ _FIELD_TYPES: dict[str, tuple[type, ...]] = {
     "chunk_steps": (int,),
     "out": (str, type(None)),
     "dtype": (str,),
+    "threads": (int, type(None)),
 }
 
 _TYPE_WORDS = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}
@@ -154,6 +156,8 @@ def _check_values(cfg: TrainConfig, sources: Mapping[str, str]) -> None:
         fail("seed", f"must be >= 0, got {cfg.seed}")
     if not 0.0 < cfg.val_fraction < 1.0:  # also false for NaN
         fail("val_fraction", f"must be between 0 and 1 (exclusive), got {cfg.val_fraction}")
+    if cfg.threads is not None and cfg.threads < 1:
+        fail("threads", f"must be >= 1 (or null for the physical cores), got {cfg.threads}")
     if cfg.dtype not in DTYPES:
         fail("dtype", f"must be one of {', '.join(DTYPES)}, got {cfg.dtype!r}")
     if not cfg.backend.strip():

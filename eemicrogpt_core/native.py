@@ -186,6 +186,18 @@ class NativeSession(BackendSession):
         _check("emg_loss_and_grad", status)
         return float(loss[0]), grads
 
+    def set_threads(self, n: int) -> int:
+        """Run each step on n threads where the library exports emg_set_threads; returns the count in use."""
+        try:
+            set_threads = self._lib.emg_set_threads
+        except AttributeError:  # an optional export: older or single-threaded libraries lack it
+            return 1
+        status = set_threads(self._live(), int(n))
+        if status == 2:  # EMG_ERR_UNSUPPORTED
+            raise ValueError(f"this library cannot split a step across {n} threads")
+        _check("emg_set_threads", status)
+        return int(n)
+
     def close(self) -> None:
         if self._session is not None:
             self._lib.emg_destroy(self._session)

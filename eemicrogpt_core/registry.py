@@ -25,6 +25,7 @@ from . import hookspec, plugin_guard
 from .backend import BackendSpec, ProbeResult
 from .errors import BackendSelectionError
 from .model import ModelShape
+from .threads import apply_threads
 from .validate import ValidatedSession
 
 DISABLE_ENV = "EEMICROGPT_DISABLE_PLUGINS"  # comma-separated entry-point or backend names to skip
@@ -314,9 +315,12 @@ def load_registry(*, entry_points: bool = True, extra_plugins: Iterable[object] 
 
 
 def open_session(
-    entry: BackendEntry, shape: ModelShape, max_batch: int, dtype: str = "float32"
+    entry: BackendEntry, shape: ModelShape, max_batch: int, dtype: str = "float32", threads: int | None = None
 ) -> ValidatedSession:
-    """Instantiate a backend session for this shape, wrapped so every input is validated first."""
+    """Instantiate a backend session for this shape, wrapped so every input is validated first.
+
+    threads: threads per step where the backend can split one (None: the physical cores, see threads.py).
+    """
     if not entry.available or entry.spec is None:
         raise BackendSelectionError(f"backend '{entry.name}' is unavailable: {entry.status_reason}")
     reason = entry.spec.unsupported_reason(shape, max_batch, dtype)
@@ -326,7 +330,14 @@ def open_session(
         inner = entry.spec.factory(shape, max_batch, dtype)
     except Exception as exc:
         raise BackendSelectionError(f"backend '{entry.name}' failed to start: {_describe(exc)}") from exc
-    return ValidatedSession(inner, shape, max_batch, entry.name)
+    session = ValidatedSession(inner, shape, max_batch, entry.name)
+    try:
+        session.threads = apply_threads(inner, threads)
+    except Exception as exc:
+        inner.close()
+        wanted = threads if threads is not None else "its default number of"
+        raise BackendSelectionError(f"backend '{entry.name}' cannot run {wanted} threads: {_describe(exc)}") from exc
+    return session
 
 
 @dataclass(frozen=True)

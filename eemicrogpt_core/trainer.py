@@ -336,7 +336,7 @@ def train(
     reporter = reporter or NullReporter()
     entry = registry.select(cfg.backend, cfg.shape, cfg.batch, cfg.dtype)
     data = data or prepare_data(cfg)
-    with open_session(entry, cfg.shape, cfg.batch, cfg.dtype) as session:
+    with open_session(entry, cfg.shape, cfg.batch, cfg.dtype, cfg.threads) as session:
         run = _Run(cfg, entry, session, data, run_dir, resume)
         if run_dir is not None:
             run_dir.write_config(cfg)

@@ -105,6 +105,7 @@ class ValidatedSession(BackendSession):
         self.max_batch = max_batch
         self.backend_name = backend_name
         self._busy = threading.Lock()
+        self.threads = 1  # threads per step in use (set by registry.open_session)
 
     @_one_call_at_a_time
     def set_state(self, state: TrainState) -> None:

@@ -50,6 +50,7 @@ def test_time_steps_on_numpy_ref(names_file: Path) -> None:
     assert row.gflops == pytest.approx(flops / (row.us_per_step * 1e3), rel=0.1)
     assert row.pct_peak == pytest.approx(row.gflops)  # peak 100 GFLOP/s
     assert row.steps_timed >= 3
+    assert (row.threads, row.precision) == (1, "fp32")  # numpy_ref cannot split a step
 
 
 def test_bench_cli_json(names_file: Path) -> None:
@@ -67,6 +68,23 @@ def test_bench_cli_json(names_file: Path) -> None:
     assert report["speed"][0]["pct_peak"] is not None
 
 
+def test_bench_json_names_threads_and_precision(names_file: Path) -> None:
+    """x86: threads reach the native session; the bf16 backend's rows say so (where this CPU runs them)."""
+    registry = load_registry()
+    wanted = [name for name in ("avx512", "avx512_bf16") if (e := registry.get(name)) is not None and e.available]
+    if not wanted:
+        pytest.skip("no avx512 / avx512_bf16 backend available here")
+    for name in wanted:
+        result = CliRunner().invoke(cli.app, [
+            "bench", "--backend", name, "--d-model", "16", "--seconds", "0.03", "--repeats", "1", "--threads", "2",
+            "--data", str(names_file), "--json",
+        ])
+        assert result.exit_code == 0, result.output
+        (row,) = json.loads(result.stdout)["speed"]
+        assert (row["backend"], row["threads"]) == (name, 2)
+        assert row["precision"] == ("bf16" if name == "avx512_bf16" else "fp32")
+
+
 @pytest.mark.parametrize(
     ("args", "fragment"),
     [
@@ -79,6 +97,7 @@ def test_bench_cli_json(names_file: Path) -> None:
         (["--peak-gflops", "nan"], "--peak-gflops must be a finite number"),
         (["--peak-gflops", "-5"], "--peak-gflops must be a finite number"),
         (["--d-model", "4096"], "--d-model 4096"),
+        (["--threads", "0"], "--threads must be >= 1, got 0"),
     ],
 )
 def test_bench_bad_input(args: list[str], fragment: str, names_file: Path) -> None:

@@ -19,13 +19,15 @@ from lockstep import lockstep
 
 HERE = Path(__file__).resolve().parent
 INCLUDE = os.environ.get("EEMICROGPT_INCLUDE", str(HERE.parent.parent / "eemicrogpt_core" / "include"))
-KERNEL_SOURCES = ["csrc/step.c", "csrc/session.c", "csrc/peak.c"]
+KERNEL_SOURCES = ["csrc/step.c", "csrc/session.c", "csrc/threads.c", "csrc/pool.c", "csrc/peak.c"]
 # -fno-wrapv undoes the -fwrapv that Python's CFLAGS add: with wrapping signed ints gcc cannot simplify the
 # kernels' index arithmetic (measured 5-10% slower steps at d32/d64).
 COMMON = ["-O3", "-std=gnu11", "-fno-wrapv", "-fno-math-errno", "-fvisibility=hidden", "-Wall", "-Wextra"]
 VARIANTS = {
     "avx512": ["-mavx512f", "-mavx512vl", "-mavx512bw", "-mavx512dq", "-mfma"],
     "avx2": ["-mavx2", "-mfma"],
+    # The same kernels with bf16 GEMMs (csrc/gemm_bf16.h: VDPBF16PS, fp32 accumulation and master weights).
+    "avx512_bf16": ["-mavx512f", "-mavx512vl", "-mavx512bw", "-mavx512dq", "-mfma", "-mavx512bf16", "-DEMG_BF16"],
 }
 
 
@@ -51,7 +53,8 @@ def extensions() -> list[Extension]:
             include_dirs=[INCLUDE, "csrc"],
             depends=[str(p) for p in (*(HERE / "csrc").glob("*.h"), *Path(INCLUDE).glob("*.h"))],
             extra_compile_args=COMMON + flags,
-            libraries=["m"],
+            libraries=["m", "pthread"],
+            optional=name == "avx512_bf16",  # compilers without -mavx512bf16 (gcc < 10) skip only this one
         )
         for name, flags in VARIANTS.items()
     ]

@@ -81,6 +81,13 @@ int emg_train_steps(emg_session *s, int n_steps, int batch, const uint8_t *token
 /* Loss (and, when grads is not NULL, the n_params gradient) of one batch; the state is not changed. */
 int emg_loss_and_grad(emg_session *s, int batch, const uint8_t *tokens, const uint8_t *lengths,
                       float *loss, float *grads);
+
+/* Optional (added after version 1 without changing it; a library may lack it and the loader calls it only
+ * when exported): run each step of this session on n_threads threads. A session starts with 1 (no extra
+ * threads). For a given n_threads the results are bit-for-bit reproducible; different counts sum in a
+ * different order. Returns EMG_ERR_ARGUMENT for n_threads < 1, EMG_ERR_UNSUPPORTED above the library's
+ * maximum, EMG_ERR_NOMEM when the threads cannot be started (the session then runs on one thread). */
+int emg_set_threads(emg_session *s, int n_threads);
 /* CDEF-END */
 
 /* The batch rule every backend enforces (the core checks it too, but C must not trust its caller): the

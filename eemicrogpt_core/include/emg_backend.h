@@ -23,6 +23,15 @@
  *                  losses of steps that did not run are set to NaN.
  *   emg_loss_and_grad  the same batch checks; a non-finite loss (or gradient, when asked for) is
  *                  EMG_ERR_NONFINITE. The training state is not changed.
+ *   emg_set_threads  exported only by a backend that defines EMG_BACKEND_THREADS (eemicrogpt.h calls it an
+ *                  optional export; a library without it runs on one thread): EMG_ERR_ARGUMENT for a NULL
+ *                  session or n < 1, else the backend's set_threads hook decides.
+ *
+ * A backend may fuse a whole step into one pass (e.g. one thread-pool region) with the optional train_step
+ * hook; the layer then calls it instead of loss_and_grad, adam and params_changed, and still owns the
+ * checks, the step count, the losses and the verdicts above: train_step must skip the update exactly when
+ * emg_all_finite fails on the loss or the gradient (so the rule is one function), and the layer re-checks
+ * the gradient and the parameters it leaves behind.
  *
  * The parameter layout lives here too (EMG_OFF_* and emg_layout_of); tests/test_native_layer.py checks it
  * against eemicrogpt_core/model.py.
@@ -66,6 +75,19 @@ static inline int emg_shape_valid(int d_model, int n_heads) {
     return d_model >= 1 && n_heads >= 1 && d_model % n_heads == 0 && d_model / n_heads >= 4;
 }
 
+/* 1 when every x[0..n) is finite. The one non-finite rule: the layer's checks and a fused train_step's
+ * update gate (on any share of an array: the rule is elementwise). */
+static inline int emg_all_finite(const float *x, long n) {
+    uint32_t worst = 0; /* the largest magnitude's bits: a max-reduction the compiler vectorises */
+    for (long i = 0; i < n; i++) {
+        uint32_t bits;
+        memcpy(&bits, x + i, sizeof bits);
+        bits &= 0x7fffffffu;
+        worst = bits > worst ? bits : worst;
+    }
+    return worst < 0x7f800000u; /* the exponent is all ones only for Inf and NaN */
+}
+
 /* ---- what the layer owns inside every session (the backend's struct emg_session starts with it) ---- */
 typedef struct emg_core {
     int d_model, n_heads, max_batch;
@@ -90,6 +112,14 @@ typedef struct emg_backend {
                            int want_grads);
     /* One Adam update from s->core.grads with the header's constants; s->core.step is already counted. */
     void (*adam)(emg_session *s, float lr);
+    /* Optional (NULL: the layer runs loss_and_grad, adam, params_changed). One whole step on a validated
+     * batch: the loss (returned) and its gradient in s->core.grads; then, only when the loss and every
+     * gradient are finite (emg_all_finite), the Adam update numbered s->core.step + 1 (the layer counts it)
+     * and params_changed's work. Returns the loss. */
+    float (*train_step)(emg_session *s, int batch, const uint8_t *tokens, const uint8_t *lengths, float lr);
+    /* Optional, read only with EMG_BACKEND_THREADS: run each step on n >= 1 threads; same n => bit-identical
+     * results. Returns EMG_OK, EMG_ERR_UNSUPPORTED (too many) or EMG_ERR_NOMEM (then one thread). */
+    int (*set_threads)(emg_session *s, int n);
 } emg_backend;
 
 /* The backend's hooks: defined once by the backend, read only by the layer (never exported). */
@@ -109,17 +139,6 @@ extern const emg_backend emg_this_backend;
 #else
 #define EMG_API
 #endif
-
-static int emg_all_finite_(const float *x, long n) {
-    uint32_t worst = 0; /* the largest magnitude's bits: a max-reduction the compiler vectorises */
-    for (long i = 0; i < n; i++) {
-        uint32_t bits;
-        memcpy(&bits, x + i, sizeof bits);
-        bits &= 0x7fffffffu;
-        worst = bits > worst ? bits : worst;
-    }
-    return worst < 0x7f800000u; /* the exponent is all ones only for Inf and NaN */
-}
 
 static float *emg_alloc_state_(long n) {
     const size_t bytes = ((size_t)n * sizeof(float) + 63) / 64 * 64;
@@ -211,17 +230,21 @@ EMG_API int emg_train_steps(emg_session *s, int n_steps, int batch, const uint8_
     }
     const long n = s->core.layout.n_params;
     for (int i = 0; i < n_steps; i++) {
-        const float loss = emg_this_backend.loss_and_grad(s, batch, tokens + i * tok_stride,
-                                                          lengths + i * len_stride, 1);
+        const uint8_t *step_tokens = tokens + i * tok_stride, *step_lengths = lengths + i * len_stride;
+        const float loss = emg_this_backend.train_step
+                               ? emg_this_backend.train_step(s, batch, step_tokens, step_lengths, lrs[i])
+                               : emg_this_backend.loss_and_grad(s, batch, step_tokens, step_lengths, 1);
         losses[i] = loss;
         int status = EMG_OK;
-        if (!isfinite(loss) || !emg_all_finite_(s->core.grads, n)) {
+        if (!isfinite(loss) || !emg_all_finite(s->core.grads, n)) {
             status = EMG_ERR_NONFINITE; /* before the update: the state is as after the last finite step */
         } else {
             s->core.step += 1;
-            emg_this_backend.adam(s, lrs[i]);
-            emg_this_backend.params_changed(s);
-            if (!emg_all_finite_(s->core.params, n)) status = EMG_ERR_NONFINITE;
+            if (!emg_this_backend.train_step) { /* a fused step has already updated */
+                emg_this_backend.adam(s, lrs[i]);
+                emg_this_backend.params_changed(s);
+            }
+            if (!emg_all_finite(s->core.params, n)) status = EMG_ERR_NONFINITE;
         }
         if (status != EMG_OK) {
             for (int j = i + 1; j < n_steps; j++) losses[j] = NAN;
@@ -240,7 +263,14 @@ EMG_API int emg_loss_and_grad(emg_session *s, int batch, const uint8_t *tokens, 
     if (grads == NULL) return EMG_OK;
     const long n = s->core.layout.n_params;
     memcpy(grads, s->core.grads, sizeof(float) * (size_t)n);
-    return emg_all_finite_(grads, n) ? EMG_OK : EMG_ERR_NONFINITE;
+    return emg_all_finite(grads, n) ? EMG_OK : EMG_ERR_NONFINITE;
 }
+
+#ifdef EMG_BACKEND_THREADS
+EMG_API int emg_set_threads(emg_session *s, int n_threads) {
+    if (s == NULL || n_threads < 1) return EMG_ERR_ARGUMENT;
+    return emg_this_backend.set_threads(s, n_threads);
+}
+#endif
 
 #endif /* EMG_BACKEND_IMPLEMENTATION */

@@ -39,16 +39,35 @@ AI int tile_mr(int nc) {
     return 2;
 }
 
+/* A tile's accumulators start from 0 or, for EPI_ADD, from the residual E. */
+AI void tile_start(const int mr, const int nc, vf *acc, const float *E, const int lde, const int epi) {
+#pragma GCC unroll 24
+    for (int i = 0; i < mr; i++)
+#pragma GCC unroll 4
+        for (int j = 0; j < nc; j++) acc[i * nc + j] = epi == EPI_ADD ? v_load(E + i * lde + j * VW) : v_zero();
+}
+
+/* Apply the epilogue and store a tile's accumulators to C. */
+AI void tile_finish(const int mr, const int nc, const vf *acc, float *C, const int ldc, const float *E, const int lde,
+                    const int epi) {
+#pragma GCC unroll 24
+    for (int i = 0; i < mr; i++)
+#pragma GCC unroll 4
+        for (int j = 0; j < nc; j++) {
+            vf c = acc[i * nc + j];
+            if (epi == EPI_RELU) c = v_max(c, v_zero());
+            if (epi == EPI_MASK) c = v_keep_pos(c, v_load(E + i * lde + j * VW));
+            v_store(C + i * ldc + j * VW, c);
+        }
+}
+
 /* One output tile: C[i][0:nc*VW] = epi(sum_k a(i, k) * B[k][0:nc*VW]) for i < mr, where
  * a(i, k) = A[i * a_row + k * a_red]: (lda, 1) reads A row-major (activations x weights),
  * (1, lda) reads it transposed (weight gradients, reducing over packed rows). */
 AI void tile(const int mr, const int nc, int K, const float *A, const int a_row, const int a_red, const float *B,
              const int ldb, float *C, const int ldc, const float *E, const int lde, const int epi) {
     vf acc[ACC_BUDGET];
-#pragma GCC unroll 24
-    for (int i = 0; i < mr; i++)
-#pragma GCC unroll 4
-        for (int j = 0; j < nc; j++) acc[i * nc + j] = epi == EPI_ADD ? v_load(E + i * lde + j * VW) : v_zero();
+    tile_start(mr, nc, acc, E, lde, epi);
     for (int k = 0; k < K; k++) {
         vf b[NC_MAX];
 #pragma GCC unroll 4
@@ -60,15 +79,7 @@ AI void tile(const int mr, const int nc, int K, const float *A, const int a_row,
             for (int j = 0; j < nc; j++) acc[i * nc + j] = v_fma(a, b[j], acc[i * nc + j]);
         }
     }
-#pragma GCC unroll 24
-    for (int i = 0; i < mr; i++)
-#pragma GCC unroll 4
-        for (int j = 0; j < nc; j++) {
-            vf c = acc[i * nc + j];
-            if (epi == EPI_RELU) c = v_max(c, v_zero());
-            if (epi == EPI_MASK) c = v_keep_pos(c, v_load(E + i * lde + j * VW));
-            v_store(C + i * ldc + j * VW, c);
-        }
+    tile_finish(mr, nc, acc, C, ldc, E, lde, epi);
 }
 
 /* C[rows][N] = epi(A[rows][K] @ B[K][N]); rows a multiple of ROW_PAD. */

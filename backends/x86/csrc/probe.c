@@ -8,7 +8,7 @@
 /* Bits returned by emg_x86_cpu_features (the plugin's probe.py decodes them). */
 enum {
     F_AVX = 1 << 0, F_FMA = 1 << 1, F_AVX2 = 1 << 2, F_AVX512F = 1 << 3, F_AVX512VL = 1 << 4,
-    F_AVX512BW = 1 << 5, F_AVX512DQ = 1 << 6, F_OS_YMM = 1 << 7, F_OS_ZMM = 1 << 8
+    F_AVX512BW = 1 << 5, F_AVX512DQ = 1 << 6, F_OS_YMM = 1 << 7, F_OS_ZMM = 1 << 8, F_AVX512BF16 = 1 << 9
 };
 
 static uint64_t xgetbv0(void) {
@@ -36,6 +36,11 @@ __attribute__((visibility("default"))) int emg_x86_cpu_features(void) {
         if ((b >> 17) & 1) f |= F_AVX512DQ;
         if ((b >> 30) & 1) f |= F_AVX512BW;
         if ((b >> 31) & 1) f |= F_AVX512VL;
+        const unsigned subleaves = a; /* EAX of leaf 7 subleaf 0: the highest subleaf */
+        if (subleaves >= 1) {
+            __cpuid_count(7, 1, a, b, c, d);
+            if ((a >> 5) & 1) f |= F_AVX512BF16;
+        }
     }
     return f;
 }

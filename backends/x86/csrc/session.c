@@ -1,5 +1,5 @@
-/* The x86 backend's hooks for the shared session layer (emg_backend.h): its buffers, and the step kernels
- * and fused Adam behind the layer's checks and loop. */
+/* The x86 backend's hooks for the shared session layer (emg_backend.h): its buffers, the step kernels and
+ * fused Adam behind the layer's checks and loop, and the thread count (threads.c). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -28,27 +28,32 @@ static size_t layout(struct emg_session *s, float *base) {
     TAKE(att, rows * (size_t)s->core.n_heads * ATT_ROW);
     TAKE(dx2, rows * d); TAKE(dhid, rows * 4 * d); TAKE(dn2, rows * d); TAKE(dx1, rows * d);
     TAKE(dout, rows * d); TAKE(dqkv, rows * 3 * d); TAKE(dn1, rows * d);
+#ifdef EMG_BF16 /* sizes in floats: two bf16 per float (see session.h) */
+    TAKE(pk_qkv_t, 3 * d * d / 2); TAKE(pk_o_t, d * d / 2); TAKE(pk_f1_t, 2 * d * d); TAKE(pk_f2_t, 2 * d * d);
+    TAKE(pk_lm_t, d * LOGIT_LD / 2); TAKE(pk_lm, d * LOGIT_LD / 2); TAKE(pk_f2, 2 * d * d); TAKE(pk_f1, 2 * d * d);
+    TAKE(pk_o, d * d / 2); TAKE(pk_qkv, 3 * d * d / 2); TAKE(bf_a, rows * 2 * d); TAKE(bf_b, rows * 2 * d);
+#endif
 #undef TAKE
     return off;
 }
 
 static int init(struct emg_session *s) {
-    const int max_batch = s->core.max_batch;
     s->k = emg_x86_find_kernel(s->core.d_model, s->core.n_heads);
-    s->max_rows = (max_batch * (EMG_MAX_SEQ - 1) + ROW_PAD - 1) / ROW_PAD * ROW_PAD;
+    s->max_rows = (s->core.max_batch * (EMG_MAX_SEQ - 1) + ROW_PAD - 1) / ROW_PAD * ROW_PAD
+                  + (EMG_X86_MAX_THREADS - 1) * ROW_PAD; /* threads.h: one padded chunk per thread */
     const size_t floats = layout(s, NULL);
     s->arena = aligned_alloc(64, floats * sizeof(float));
-    s->row_tok = malloc(sizeof(int) * (size_t)s->max_rows * 3 + sizeof(int) * (size_t)(max_batch + 1));
+    s->row_tok = malloc(sizeof(int) * (size_t)s->max_rows * 3);
     if (s->arena == NULL || s->row_tok == NULL) return EMG_ERR_NOMEM;
     memset(s->arena, 0, floats * sizeof(float));
     layout(s, s->arena);
     s->row_tgt = s->row_tok + s->max_rows;
     s->row_pos = s->row_tgt + s->max_rows;
-    s->seq_start = s->row_pos + s->max_rows;
     return EMG_OK;
 }
 
 static void release(struct emg_session *s) {
+    emg_x86_threads_free(s);
     free(s->arena);
     free(s->row_tok);
 }
@@ -62,13 +67,20 @@ static float loss_and_grad(struct emg_session *s, int batch, const uint8_t *toke
     return loss;
 }
 
+/* Unused while train_step is supplied; kept as the plain single-threaded update the layer's contract names. */
 static void adam(struct emg_session *s, float lr) {
     const emg_core *c = &s->core;
     /* Its finiteness flag is not needed: the layer checks the parameters after every update. */
     (void)adam_update(c->params, c->adam_m, c->adam_v, c->grads, c->layout.n_params, c->step, lr);
 }
 
-const emg_backend emg_this_backend = {supports, init, release, params_changed, loss_and_grad, adam};
+static float train_step(struct emg_session *s, int batch, const uint8_t *tokens, const uint8_t *lengths, float lr) {
+    return s->k->train_step(s, batch, tokens, lengths, lr);
+}
 
+const emg_backend emg_this_backend = {supports, init,       release,           params_changed, loss_and_grad,
+                                      adam,     train_step, emg_x86_set_threads};
+
+#define EMG_BACKEND_THREADS
 #define EMG_BACKEND_IMPLEMENTATION
 #include "emg_backend.h"

@@ -6,6 +6,9 @@
 #include "attention.h"
 #include "expf.h"
 #include "gemm.h"
+#ifdef EMG_BF16
+#include "gemm_bf16.h"
+#endif
 #include "norm.h"
 #include "session.h"
 #include "transpose.h"

@@ -13,71 +13,96 @@
 #define D D_MODEL
 #define F (4 * D_MODEL)
 
-static void FN(sync_transposed)(struct emg_session *s) {
+/* The GEMM calls name both operand forms: fp32 B (row-major, ldb) and B packed into bf16 pairs (pk); the
+ * avx512_bf16 build (EMG_BF16) uses the packed form and the chunk's bf16 scratch rows (bfa, bfb). */
+#ifdef EMG_BF16
+#define NN(rows, N, K, A, lda, B, ldb, pk, C, ldc, E, lde, epi) \
+    ((void)(B), gemm_nn_bf16(rows, N, K, A, lda, (const uint32_t *)(pk), C, ldc, E, lde, epi, bfa))
+#define TN(M, N, P, A, lda, B, ldb, C, ldc) gemm_tn_bf16(M, N, P, A, lda, B, ldb, C, ldc, bfa, bfb)
+#else
+#define NN(rows, N, K, A, lda, B, ldb, pk, C, ldc, E, lde, epi) gemm_nn(rows, N, K, A, lda, B, ldb, C, ldc, E, lde, epi)
+#define TN gemm_tn
+#endif
+
+/* Participant tid of n rebuilds every n-th 16-row block of each transposed copy. */
+static void FN(sync_part)(void *ctx, int tid, int n) {
+    struct emg_session *s = ctx;
     const float *p = s->core.params;
     const float *wqkv = p + EMG_OFF_WQ(D), *wo = p + EMG_OFF_WO(D), *wf1 = p + EMG_OFF_WF1(D);
     const float *wf2 = p + EMG_OFF_WF2(D), *wlm = p + EMG_OFF_WLM(D);
-    transpose(wqkv, 3 * D, D, D, s->wqkv_t, 3 * D);
-    transpose(wo, D, D, D, s->wo_t, D);
-    transpose(wf1, F, D, D, s->wf1_t, F);
-    transpose(wf2, D, F, F, s->wf2_t, D);
-    transpose(wlm, EMG_VOCAB, D, D, s->wlm_t, LOGIT_LD); /* columns VOCAB..31 of wlm_t stay zero */
+    transpose_part(wqkv, 3 * D, D, D, s->wqkv_t, 3 * D, tid, n);
+    transpose_part(wo, D, D, D, s->wo_t, D, tid, n);
+    transpose_part(wf1, F, D, D, s->wf1_t, F, tid, n);
+    transpose_part(wf2, D, F, F, s->wf2_t, D, tid, n);
+    transpose_part(wlm, EMG_VOCAB, D, D, s->wlm_t, LOGIT_LD, tid, n); /* columns VOCAB..31 stay zero */
+#ifdef EMG_BF16
+    emg_pool_barrier(emg_x86_pool(s)); /* the packed forward copies read whole transposed matrices */
+    pack_pairs(s->wqkv_t, 3 * D, D, D, 3 * D, (uint32_t *)s->pk_qkv_t, tid, n);
+    pack_pairs(s->wo_t, D, D, D, D, (uint32_t *)s->pk_o_t, tid, n);
+    pack_pairs(s->wf1_t, F, D, D, F, (uint32_t *)s->pk_f1_t, tid, n);
+    pack_pairs(s->wf2_t, D, F, F, D, (uint32_t *)s->pk_f2_t, tid, n);
+    pack_pairs(s->wlm_t, LOGIT_LD, D, D, LOGIT_LD, (uint32_t *)s->pk_lm_t, tid, n);
+    pack_pairs(wlm, D, EMG_VOCAB, round_up(EMG_VOCAB, BF_ALIGN_K), D, (uint32_t *)s->pk_lm, tid, n);
+    pack_pairs(wf2, F, D, D, F, (uint32_t *)s->pk_f2, tid, n);
+    pack_pairs(wf1, D, F, F, D, (uint32_t *)s->pk_f1, tid, n);
+    pack_pairs(wo, D, D, D, D, (uint32_t *)s->pk_o, tid, n);
+    pack_pairs(wqkv, D, 3 * D, 3 * D, D, (uint32_t *)s->pk_qkv, tid, n);
+#endif
 }
 
-static void FN(loss_and_grad)(struct emg_session *s, int batch, const uint8_t *tokens, const uint8_t *lengths,
-                              float *loss_out, float *grads) {
-    /* Pack the live positions: row p is (sequence b, position t) for t <= lengths[b] - 2. */
-    int P = 0;
-    for (int b = 0; b < batch; b++) {
-        s->seq_start[b] = P;
-        const uint8_t *tk = tokens + b * EMG_MAX_SEQ;
-        for (int t = 0; t + 1 < lengths[b]; t++, P++) {
-            s->row_tok[P] = tk[t];
-            s->row_tgt[P] = tk[t + 1];
-            s->row_pos[P] = t;
-        }
-    }
-    s->seq_start[batch] = P;
-    const int Pp = (P + ROW_PAD - 1) / ROW_PAD * ROW_PAD;
+static void FN(sync_transposed)(struct emg_session *s) { emg_pool_run(emg_x86_pool(s), FN(sync_part), s); }
+
+/* Forward (and backward into `grads` when it is not NULL) of one chunk: the sequences seq0..seq1-1, packed
+ * into `rows` live rows starting at row0 (a multiple of ROW_PAD). The loss sum goes to *total. */
+static void FN(chunk_step)(struct emg_session *s, const struct emg_chunk *c, const uint8_t *lengths, float inv_p,
+                           double *total, float *grads) {
+    const int P = c->rows, Pp = (P + ROW_PAD - 1) / ROW_PAD * ROW_PAD, r0 = c->row0;
+    const int *row_tok = s->row_tok + r0, *row_tgt = s->row_tgt + r0, *row_pos = s->row_pos + r0;
+    float *x0 = s->x0 + r0 * D, *n1 = s->n1 + r0 * D, *qkv = s->qkv + r0 * 3 * D, *o = s->o + r0 * D;
+    float *x1 = s->x1 + r0 * D, *n2 = s->n2 + r0 * D, *hid = s->hid + r0 * F, *x2 = s->x2 + r0 * D;
+    float *logits = s->logits + r0 * LOGIT_LD, *rr0 = s->r0 + r0, *rr1 = s->r1 + r0, *rr2 = s->r2 + r0;
+    float *att = s->att + r0 * N_HEADS * ATT_ROW;
     const float *tok_emb = s->core.params, *pos_emb = tok_emb + EMG_OFF_POS_EMB(D);
+#ifdef EMG_BF16
+    uint16_t *bfa = (uint16_t *)(s->bf_a + r0 * 2 * D), *bfb = (uint16_t *)(s->bf_b + r0 * 2 * D);
+#endif
 
     /* Embedding and the two norms; padding rows are zero all the way through the step. */
     for (int p = 0; p < Pp; p++) {
         float e[D];
         if (p < P) {
-            const float *te = tok_emb + s->row_tok[p] * D, *pe = pos_emb + s->row_pos[p] * D;
+            const float *te = tok_emb + row_tok[p] * D, *pe = pos_emb + row_pos[p] * D;
             for (int i = 0; i < D; i += VW) v_store(e + i, v_add(v_load(te + i), v_load(pe + i)));
         } else {
             memset(e, 0, sizeof e);
         }
-        s->r0[p] = rms_fwd(D, e, s->x0 + p * D);
-        s->r1[p] = rms_fwd(D, s->x0 + p * D, s->n1 + p * D);
+        rr0[p] = rms_fwd(D, e, x0 + p * D);
+        rr1[p] = rms_fwd(D, x0 + p * D, n1 + p * D);
     }
-    gemm_nn(Pp, 3 * D, D, s->n1, D, s->wqkv_t, 3 * D, s->qkv, 3 * D, NULL, 0, EPI_NONE);
-    memset(s->o + P * D, 0, sizeof(float) * (size_t)(Pp - P) * D);
-    for (int b = 0; b < batch; b++) {
-        const int r = s->seq_start[b], L = s->seq_start[b + 1] - r;
-        attn_fwd(D, N_HEADS, s->qkv + r * 3 * D, s->o + r * D, s->att + r * N_HEADS * ATT_ROW, L);
-    }
-    gemm_nn(Pp, D, D, s->o, D, s->wo_t, D, s->x1, D, s->x0, D, EPI_ADD);
-    for (int p = 0; p < Pp; p++) s->r2[p] = rms_fwd(D, s->x1 + p * D, s->n2 + p * D);
-    gemm_nn(Pp, F, D, s->n2, D, s->wf1_t, F, s->hid, F, NULL, 0, EPI_RELU);
-    gemm_nn(Pp, D, F, s->hid, F, s->wf2_t, D, s->x2, D, s->x1, D, EPI_ADD);
-    gemm_nn(Pp, LOGIT_LD, D, s->x2, D, s->wlm_t, LOGIT_LD, s->logits, LOGIT_LD, NULL, 0, EPI_NONE);
+    NN(Pp, 3 * D, D, n1, D, s->wqkv_t, 3 * D, s->pk_qkv_t, qkv, 3 * D, NULL, 0, EPI_NONE);
+    memset(o + P * D, 0, sizeof(float) * (size_t)(Pp - P) * D);
+    for (int b = c->seq0, r = 0; b < c->seq1; r += lengths[b] - 1, b++)
+        attn_fwd(D, N_HEADS, qkv + r * 3 * D, o + r * D, att + r * N_HEADS * ATT_ROW, lengths[b] - 1);
+    NN(Pp, D, D, o, D, s->wo_t, D, s->pk_o_t, x1, D, x0, D, EPI_ADD);
+    for (int p = 0; p < Pp; p++) rr2[p] = rms_fwd(D, x1 + p * D, n2 + p * D);
+    NN(Pp, F, D, n2, D, s->wf1_t, F, s->pk_f1_t, hid, F, NULL, 0, EPI_RELU);
+    NN(Pp, D, F, hid, F, s->wf2_t, D, s->pk_f2_t, x2, D, x1, D, EPI_ADD);
+    NN(Pp, LOGIT_LD, D, x2, D, s->wlm_t, LOGIT_LD, s->pk_lm_t, logits, LOGIT_LD, NULL, 0, EPI_NONE);
 
-    /* Cross-entropy; the logits rows become dloss/dlogits = (softmax - onehot) / P in place. */
-    double total = 0.0;
-    const float inv_p = 1.0f / (float)P;
+    /* Cross-entropy; the logits rows become dloss/dlogits = (softmax - onehot) / P_total in place. */
+    double sum = 0.0;
     for (int p = 0; p < P; p++) {
-        float *row = s->logits + p * LOGIT_LD;
-        const float target_logit = row[s->row_tgt[p]];
-        total += (double)(softmax_row(row, EMG_VOCAB, LOGIT_LD) - target_logit);
-        row[s->row_tgt[p]] -= 1.0f;
+        float *row = logits + p * LOGIT_LD;
+        const float target_logit = row[row_tgt[p]];
+        sum += (double)(softmax_row(row, EMG_VOCAB, LOGIT_LD) - target_logit);
+        row[row_tgt[p]] -= 1.0f;
         for (int i = 0; i < LOGIT_LD; i += VW) v_store(row + i, v_mul(v_load(row + i), v_set1(inv_p)));
     }
-    *loss_out = (float)(total / P);
+    *total = sum;
     if (grads == NULL) return;
-    memset(s->logits + P * LOGIT_LD, 0, sizeof(float) * (size_t)(Pp - P) * LOGIT_LD);
+    memset(logits + P * LOGIT_LD, 0, sizeof(float) * (size_t)(Pp - P) * LOGIT_LD);
+    float *dx2 = s->dx2 + r0 * D, *dhid = s->dhid + r0 * F, *dn2 = s->dn2 + r0 * D, *dx1 = s->dx1 + r0 * D;
+    float *dout = s->dout + r0 * D, *dqkv = s->dqkv + r0 * 3 * D, *dn1 = s->dn1 + r0 * D;
 
     const float *wqkv = tok_emb + EMG_OFF_WQ(D), *wo = tok_emb + EMG_OFF_WO(D);
     const float *wf1 = tok_emb + EMG_OFF_WF1(D), *wf2 = tok_emb + EMG_OFF_WF2(D), *wlm = tok_emb + EMG_OFF_WLM(D);
@@ -86,33 +111,31 @@ static void FN(loss_and_grad)(struct emg_session *s, int batch, const uint8_t *t
     float *g_lm = grads + EMG_OFF_WLM(D);
 
     /* LM head */
-    gemm_nn(Pp, D, EMG_VOCAB, s->logits, LOGIT_LD, wlm, D, s->dx2, D, NULL, 0, EPI_NONE);
-    gemm_tn(EMG_VOCAB, D, P, s->logits, LOGIT_LD, s->x2, D, g_lm, D);
+    NN(Pp, D, EMG_VOCAB, logits, LOGIT_LD, wlm, D, s->pk_lm, dx2, D, NULL, 0, EPI_NONE);
+    TN(EMG_VOCAB, D, P, logits, LOGIT_LD, x2, D, g_lm, D);
     /* FFN */
-    gemm_nn(Pp, F, D, s->dx2, D, wf2, F, s->dhid, F, s->hid, F, EPI_MASK);
-    gemm_tn(D, F, P, s->dx2, D, s->hid, F, g_f2, F);
-    gemm_nn(Pp, D, F, s->dhid, F, wf1, D, s->dn2, D, NULL, 0, EPI_NONE);
-    gemm_tn(F, D, P, s->dhid, F, s->n2, D, g_f1, D);
-    for (int p = 0; p < Pp; p++) rms_bwd(D, s->dn2 + p * D, s->n2 + p * D, s->r2[p], s->dx2 + p * D, s->dx1 + p * D);
+    NN(Pp, F, D, dx2, D, wf2, F, s->pk_f2, dhid, F, hid, F, EPI_MASK);
+    TN(D, F, P, dx2, D, hid, F, g_f2, F);
+    NN(Pp, D, F, dhid, F, wf1, D, s->pk_f1, dn2, D, NULL, 0, EPI_NONE);
+    TN(F, D, P, dhid, F, n2, D, g_f1, D);
+    for (int p = 0; p < Pp; p++) rms_bwd(D, dn2 + p * D, n2 + p * D, rr2[p], dx2 + p * D, dx1 + p * D);
     /* attention output projection and attention */
-    gemm_nn(Pp, D, D, s->dx1, D, wo, D, s->dout, D, NULL, 0, EPI_NONE);
-    gemm_tn(D, D, P, s->dx1, D, s->o, D, g_wo, D);
-    memset(s->dqkv + P * 3 * D, 0, sizeof(float) * (size_t)(Pp - P) * 3 * D);
-    for (int b = 0; b < batch; b++) {
-        const int r = s->seq_start[b], L = s->seq_start[b + 1] - r;
-        attn_bwd(D, N_HEADS, s->qkv + r * 3 * D, s->att + r * N_HEADS * ATT_ROW, s->dout + r * D,
-                 s->dqkv + r * 3 * D, L);
-    }
+    NN(Pp, D, D, dx1, D, wo, D, s->pk_o, dout, D, NULL, 0, EPI_NONE);
+    TN(D, D, P, dx1, D, o, D, g_wo, D);
+    memset(dqkv + P * 3 * D, 0, sizeof(float) * (size_t)(Pp - P) * 3 * D);
+    for (int b = c->seq0, r = 0; b < c->seq1; r += lengths[b] - 1, b++)
+        attn_bwd(D, N_HEADS, qkv + r * 3 * D, att + r * N_HEADS * ATT_ROW, dout + r * D, dqkv + r * 3 * D,
+                 lengths[b] - 1);
     /* Q, K, V projections (one GEMM each way: Wq, Wk, Wv are adjacent in the parameter layout) */
-    gemm_nn(Pp, D, 3 * D, s->dqkv, 3 * D, wqkv, D, s->dn1, D, NULL, 0, EPI_NONE);
-    gemm_tn(3 * D, D, P, s->dqkv, 3 * D, s->n1, D, g_qkv, D);
+    NN(Pp, D, 3 * D, dqkv, 3 * D, wqkv, D, s->pk_qkv, dn1, D, NULL, 0, EPI_NONE);
+    TN(3 * D, D, P, dqkv, 3 * D, n1, D, g_qkv, D);
     /* the two norms and the embedding scatter */
     memset(g_tok, 0, sizeof(float) * (EMG_VOCAB + EMG_MAX_SEQ) * D);
     for (int p = 0; p < P; p++) {
         float dx0[D], de[D];
-        rms_bwd(D, s->dn1 + p * D, s->n1 + p * D, s->r1[p], s->dx1 + p * D, dx0);
-        rms_bwd(D, dx0, s->x0 + p * D, s->r0[p], NULL, de);
-        float *gt = g_tok + s->row_tok[p] * D, *gp = g_pos + s->row_pos[p] * D;
+        rms_bwd(D, dn1 + p * D, n1 + p * D, rr1[p], dx1 + p * D, dx0);
+        rms_bwd(D, dx0, x0 + p * D, rr0[p], NULL, de);
+        float *gt = g_tok + row_tok[p] * D, *gp = g_pos + row_pos[p] * D;
         for (int i = 0; i < D; i += VW) {
             vf d = v_load(de + i);
             v_store(gt + i, v_add(v_load(gt + i), d));
@@ -121,8 +144,46 @@ static void FN(loss_and_grad)(struct emg_session *s, int batch, const uint8_t *t
     }
 }
 
-static const struct emg_kernel FN(kernel) = {D_MODEL, N_HEADS, FN(loss_and_grad), FN(sync_transposed)};
+/* One participant of a step: its chunk, then (once every chunk is done) its share of the fixed-order
+ * gradient sum and, when training, of Adam and of the transposed copies. */
+static void FN(step_part)(void *ctx, int tid, int n) {
+    struct emg_step_job *job = ctx;
+    struct emg_session *s = job->s;
+    const struct emg_chunk *c = &s->chunks[tid];
+    float *grads = emg_x86_chunk_grads(s, tid, job->grads);
+    job->totals[tid] = 0.0;
+    if (c->seq1 > c->seq0) FN(chunk_step)(s, c, job->lengths, job->inv_p, &job->totals[tid], grads);
+    if (job->grads == NULL) return;
+    if (emg_x86_reduce(job, tid, n) && job->train) FN(sync_part)(s, tid, n);
+}
+
+/* Pack, then run every participant's part of the step; returns the mean loss. */
+static float FN(run_step)(struct emg_step_job *job, int batch, const uint8_t *tokens) {
+    const int P = emg_x86_pack(job->s, batch, tokens, job->lengths);
+    job->inv_p = 1.0f / (float)P;
+    emg_pool_run(emg_x86_pool(job->s), FN(step_part), job);
+    return emg_x86_loss(job);
+}
+
+static void FN(loss_and_grad)(struct emg_session *s, int batch, const uint8_t *tokens, const uint8_t *lengths,
+                              float *loss_out, float *grads) {
+    struct emg_step_job job = {.s = s, .lengths = lengths, .grads = grads};
+    *loss_out = FN(run_step)(&job, batch, tokens);
+}
+
+/* The shared layer's fused step (emg_backend.h train_step): one region for the chunks, the gradient sum,
+ * the finiteness gate, Adam and the transposed copies; the layer counts the update and checks the result. */
+static float FN(train_step)(struct emg_session *s, int batch, const uint8_t *tokens, const uint8_t *lengths,
+                            float lr) {
+    struct emg_step_job job = {.s = s, .lengths = lengths, .grads = s->core.grads, .train = 1, .lr = lr};
+    return FN(run_step)(&job, batch, tokens);
+}
+
+static const struct emg_kernel FN(kernel) = {D_MODEL, N_HEADS, FN(loss_and_grad), FN(train_step),
+                                             FN(sync_transposed)};
 
 #undef D
 #undef F
 #undef FN
+#undef NN
+#undef TN

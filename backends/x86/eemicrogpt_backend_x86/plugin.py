@@ -15,7 +15,9 @@ from .probe import VARIANTS, probe
 _DESCRIPTIONS = {
     "avx512": "native C, AVX-512 (16-float zmm register tiles)",
     "avx2": "native C, AVX2 + FMA (8-float ymm register tiles)",
+    "avx512_bf16": "native C, AVX-512 with bf16 GEMMs (VDPBF16PS, fp32 accumulation, fp32 master weights)",
 }
+_PRECISIONS = {"avx512": "fp32", "avx2": "fp32", "avx512_bf16": "bf16"}
 
 
 def _factory(name: str):
@@ -48,7 +50,7 @@ def eemicrogpt_backends() -> Iterator[BackendSpec]:
             supports=library_supports(lambda name=name: library_path(name)),  # the kernel table in C
             dtypes=("float32",),
             max_batch=MAX_BATCH,
-            extra={"distribution": "eemicrogpt-backend-x86", "isa": name},
+            extra={"distribution": "eemicrogpt-backend-x86", "isa": name, "precision": _PRECISIONS[name]},
         )
 
 

@@ -21,6 +21,7 @@ FEATURE_BITS = {
     "AVX512VL": 1 << 4,
     "AVX512BW": 1 << 5,
     "AVX512DQ": 1 << 6,
+    "AVX512BF16": 1 << 9,
 }
 OS_YMM, OS_ZMM = 1 << 7, 1 << 8
 
@@ -31,16 +32,19 @@ class Variant:
     features: tuple[str, ...]  # CPUID features the compiled code may use
     os_state: int  # XCR0 state the OS must save
     os_state_name: str
-    score: int
+    score: int  # 0: never picked by `auto` (reduced precision is chosen by name only)
 
 
 VARIANTS = {
     "avx512": Variant("avx512", ("AVX", "AVX2", "FMA", "AVX512F", "AVX512VL", "AVX512BW", "AVX512DQ"), OS_ZMM,
                       "zmm", 100),
     "avx2": Variant("avx2", ("AVX", "AVX2", "FMA"), OS_YMM, "ymm", 50),
+    "avx512_bf16": Variant("avx512_bf16", ("AVX", "AVX2", "FMA", "AVX512F", "AVX512VL", "AVX512BW", "AVX512DQ",
+                                           "AVX512BF16"), OS_ZMM, "zmm", 0),
 }
 # A variant name in EEMICROGPT_X86_DISABLE masks the features that set it apart.
-_NAME_MASKS = {"avx512": ("AVX512F", "AVX512VL", "AVX512BW", "AVX512DQ"), "avx2": ("AVX2",)}
+_NAME_MASKS = {"avx512": ("AVX512F", "AVX512VL", "AVX512BW", "AVX512DQ"), "avx2": ("AVX2",),
+               "avx512_bf16": ("AVX512BF16",)}
 
 
 def disabled_features(env: str | None = None) -> set[str]:
@@ -95,4 +99,7 @@ def probe(name: str) -> ProbeResult:
     lacks = cpu_lacks(name)
     if lacks:
         return ProbeResult.no(lacks)
-    return ProbeResult.ok(variant.score, f"{name}: {'/'.join(variant.features)} detected")
+    note = f"{name}: {'/'.join(variant.features)} detected"
+    if variant.score == 0:
+        note += " (reduced precision: used only when asked for by name)"
+    return ProbeResult.ok(variant.score, note)

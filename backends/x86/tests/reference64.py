@@ -10,7 +10,7 @@ from typing import NamedTuple
 import numpy as np
 
 from eemicrogpt_core import reference
-from eemicrogpt_core.model import MAX_SEQ, VOCAB, ModelShape
+from eemicrogpt_core.model import MAX_SEQ, VOCAB, ModelShape, init_params
 
 
 class Reference(NamedTuple):
@@ -41,3 +41,23 @@ def random_batch(rng: np.random.Generator, batch: int) -> tuple[np.ndarray, np.n
 def rel_rms(a: np.ndarray, b: np.ndarray) -> float:
     """Root-mean-square of a - b relative to the root-mean-square of b."""
     return float(np.sqrt(np.mean((a - b) ** 2)) / np.sqrt(np.mean(b**2)))
+
+
+class ClearInputs(NamedTuple):
+    params: np.ndarray
+    tokens: np.ndarray
+    lengths: np.ndarray
+    loss: float
+    grads: np.ndarray
+
+
+def clear_inputs(shape: ModelShape, batch: int) -> ClearInputs:
+    """The first seeded (params x 1.5, batch) whose ReLU inputs all keep clear of the kink (> 10x fp32
+    error), with their float64 loss and gradient."""
+    for seed in range(20):
+        params = init_params(shape, seed) * np.float32(1.5)
+        tokens, lengths = random_batch(np.random.default_rng(seed), batch)
+        ref = loss_and_grads(shape, params, tokens, lengths)
+        if ref.relu_margin > 1e-6:
+            return ClearInputs(params, tokens, lengths, ref.loss, ref.grads)
+    raise AssertionError(f"no inputs clear of the ReLU kink for {shape} batch {batch}")

@@ -15,15 +15,18 @@ trap 'rm -rf "$out"' EXIT
 # (mul+add contraction) and once drifted past the kit's trajectory bound after a ReLU flip (avx2, d32).
 san=(-O3 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all)
 common=(-std=gnu11 -fPIC -shared -fno-math-errno -fvisibility=hidden -I"$include" -I"$here/csrc")
-kernels=("$here/csrc/step.c" "$here/csrc/session.c" "$here/csrc/peak.c")
+kernels=("$here/csrc/step.c" "$here/csrc/session.c" "$here/csrc/threads.c" "$here/csrc/pool.c" "$here/csrc/peak.c")
 echo "building sanitized libraries in $out"
-# The two kernel builds take ~2 minutes each under instrumentation: run them side by side.
+# The three kernel builds take ~2 minutes each under instrumentation: run them side by side.
 gcc "${san[@]}" "${common[@]}" -mavx512f -mavx512vl -mavx512bw -mavx512dq -mfma "${kernels[@]}" \
-    -o "$out/_emg_avx512.so" -lm &
+    -o "$out/_emg_avx512.so" -lm -lpthread &
 avx512_build=$!
-gcc "${san[@]}" "${common[@]}" -mavx2 -mfma "${kernels[@]}" -o "$out/_emg_avx2.so" -lm
+gcc "${san[@]}" "${common[@]}" -mavx512f -mavx512vl -mavx512bw -mavx512dq -mfma -mavx512bf16 -DEMG_BF16 \
+    "${kernels[@]}" -o "$out/_emg_avx512_bf16.so" -lm -lpthread &
+bf16_build=$!
+gcc "${san[@]}" "${common[@]}" -mavx2 -mfma "${kernels[@]}" -o "$out/_emg_avx2.so" -lm -lpthread
 gcc "${san[@]}" "${common[@]}" "$here/csrc/probe.c" -o "$out/_emg_probe.so"
-wait "$avx512_build"
+wait "$avx512_build" "$bf16_build"
 
 export EEMICROGPT_X86_LIB_DIR="$out"
 # Python itself leaks by design: leak checking off; everything else fatal. Reports go to files because

@@ -1,4 +1,5 @@
-"""The shared native ABI contract (eemicrogpt_core.abi_testing) on both x86 libraries."""
+"""The shared native ABI contract (eemicrogpt_core.abi_testing) on the three x86 libraries, on one thread
+and on the threaded path (the fused train_step hook), where every shared check and non-finite rule must hold."""
 
 from __future__ import annotations
 
@@ -21,3 +22,22 @@ class TestAvx2Abi(NativeAbiContract):
 
     def library_path(self) -> Path | None:
         return library_path("avx2")
+
+
+class TestAvx512Bf16Abi(NativeAbiContract):
+    backend_name = "avx512_bf16"
+
+    def library_path(self) -> Path | None:
+        return library_path("avx512_bf16")
+
+
+class TestAvx512ThreadedAbi(TestAvx512Abi):
+    threads = 3  # more than this machine's cores: uneven chunks, one of them possibly empty
+
+
+class TestAvx2ThreadedAbi(TestAvx2Abi):
+    threads = 2
+
+
+class TestAvx512Bf16ThreadedAbi(TestAvx512Bf16Abi):
+    threads = 2

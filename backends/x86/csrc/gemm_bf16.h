@@ -1,0 +1,97 @@
+/* bf16 GEMMs on AVX512-BF16 (built only for the avx512_bf16 library, -DEMG_BF16). VDPBF16PS multiplies
+ * pairs of bf16 values and adds both products to one fp32 lane: acc[j] += a[2j] b[2j] + a[2j+1] b[2j+1].
+ * So the reduction runs over pairs: A supplies one 32-bit (a[k], a[k+1]) broadcast per row, B one vector
+ * of 16 interleaved (b[k][j], b[k+1][j]) pairs per 16 outputs. Operands are rounded to bf16 (nearest even)
+ * once, products and sums stay fp32; master weights, Adam and everything outside the GEMMs stay fp32.
+ * Same register tiles as gemm.h, with half as many reduction steps per tile. */
+#ifndef EMG_X86_GEMM_BF16_H
+#define EMG_X86_GEMM_BF16_H
+
+#include <stdint.h>
+
+#include "gemm.h"
+
+#if VW != 16 || !defined(__AVX512BF16__)
+#error "gemm_bf16.h needs AVX-512 with AVX512-BF16 (-mavx512bf16)"
+#endif
+
+#define BF_ALIGN_K 16 /* reductions are padded with zero rows to a multiple of this */
+
+AI int round_up(int x, int m) { return (x + m - 1) / m * m; }
+
+/* dst[k/2][n][k % 2] = bf16(src[k * ld + n]) for k < Kp (rows k >= K are zero), n < N (a multiple of 16).
+ * Kp even; dst is [Kp/2][N] 32-bit pairs. Participant tid of n_part packs pair rows tid, tid + n_part, ... */
+AI void pack_pairs(const float *src, int ld, int K, int Kp, int N, uint32_t *dst, int tid, int n_part) {
+    static const uint16_t order[32] = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23,
+                                       8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+    const __m512i interleave = _mm512_loadu_si512(order);
+    for (int kk = tid; kk < Kp / 2; kk += n_part)
+        for (int n0 = 0; n0 < N; n0 += 16) {
+            const int k = 2 * kk;
+            const __m512 r0 = k < K ? _mm512_loadu_ps(src + (long)k * ld + n0) : _mm512_setzero_ps();
+            const __m512 r1 = k + 1 < K ? _mm512_loadu_ps(src + (long)(k + 1) * ld + n0) : _mm512_setzero_ps();
+            const __m512i both = (__m512i)_mm512_cvtne2ps_pbh(r1, r0); /* lanes 0-15: r0, 16-31: r1 */
+            _mm512_storeu_si512(dst + (long)kk * N + n0, _mm512_permutexvar_epi16(interleave, both));
+        }
+}
+
+/* dst[r][0:Kp] = bf16(src[r * ld + 0:Kp]) for r < rows: row-major bf16, i.e. [rows][Kp/2] pairs along k. */
+AI void rows_to_bf16(const float *src, int ld, int rows, int Kp, uint16_t *dst) {
+    for (int r = 0; r < rows; r++)
+        for (int k = 0; k < Kp; k += 16)
+            _mm256_storeu_si256((__m256i *)(dst + (long)r * Kp + k),
+                                (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(src + (long)r * ld + k)));
+}
+
+/* One output tile as gemm.h's `tile`, over K2 pairs: a(i, kk) = A[i * a_row + kk * a_red] (a bf16 pair),
+ * B row kk holds the pairs of reduction rows 2kk, 2kk + 1 for every output column. */
+AI void tile_bf16(const int mr, const int nc, int K2, const uint32_t *A, const int a_row, const int a_red,
+                  const uint32_t *B, const int ldb, float *C, const int ldc, const float *E, const int lde,
+                  const int epi) {
+    vf acc[ACC_BUDGET];
+    tile_start(mr, nc, acc, E, lde, epi);
+    for (int kk = 0; kk < K2; kk++) {
+        __m512bh b[NC_MAX];
+#pragma GCC unroll 4
+        for (int j = 0; j < nc; j++) b[j] = (__m512bh)_mm512_loadu_si512(B + (long)kk * ldb + j * VW);
+#pragma GCC unroll 24
+        for (int i = 0; i < mr; i++) {
+            const __m512bh a = (__m512bh)_mm512_set1_epi32((int)A[(long)i * a_row + (long)kk * a_red]);
+#pragma GCC unroll 4
+            for (int j = 0; j < nc; j++) acc[i * nc + j] = _mm512_dpbf16_ps(acc[i * nc + j], a, b[j]);
+        }
+    }
+    tile_finish(mr, nc, acc, C, ldc, E, lde, epi);
+}
+
+/* gemm_nn with B packed by pack_pairs (K rounded up to BF_ALIGN_K); A is rounded into scratch first
+ * (rows x round_up(K, 16) bf16; A's columns K..round_up(K, 16) must be finite, they meet zero rows of B). */
+AI void gemm_nn_bf16(int rows, const int N, const int K, const float *A, const int lda, const uint32_t *B,
+                     float *C, const int ldc, const float *E, const int lde, const int epi, uint16_t *scratch) {
+    const int Kp = round_up(K, BF_ALIGN_K), nc = tile_nc(N), mr = tile_mr(nc);
+    rows_to_bf16(A, lda, rows, Kp, scratch);
+    const uint32_t *Ap = (const uint32_t *)scratch;
+    for (int j0 = 0; j0 < N; j0 += nc * VW)
+        for (int i0 = 0; i0 < rows; i0 += mr)
+            tile_bf16(mr, nc, Kp / 2, Ap + (long)i0 * (Kp / 2), Kp / 2, 1, B + j0, N, C + (long)i0 * ldc + j0, ldc,
+                      E ? E + (long)i0 * lde + j0 : 0, lde, epi);
+}
+
+/* gemm_tn over P packed rows: both operands are packed into pairs of rows first (scratch_a: P x
+ * round_up(M, 16), scratch_b: P x N bf16, P rounded up to even with a zero row). */
+AI void gemm_tn_bf16(const int M, const int N, int P, const float *A, const int lda, const float *B, const int ldb,
+                     float *C, const int ldc, uint16_t *scratch_a, uint16_t *scratch_b) {
+    const int Mp = round_up(M, 16), Pp = round_up(P, 2), nc = tile_nc(N), mr = tile_mr(nc), m_main = M - M % mr;
+    uint32_t *Ap = (uint32_t *)scratch_a, *Bp = (uint32_t *)scratch_b;
+    pack_pairs(A, lda, P, Pp, Mp, Ap, 0, 1);
+    pack_pairs(B, ldb, P, Pp, N, Bp, 0, 1);
+    for (int j0 = 0; j0 < N; j0 += nc * VW) {
+        for (int i0 = 0; i0 < m_main; i0 += mr)
+            tile_bf16(mr, nc, Pp / 2, Ap + i0, 1, Mp, Bp + j0, N, C + (long)i0 * ldc + j0, ldc, 0, 0, EPI_NONE);
+        if (M % mr)
+            tile_bf16(M % mr, nc, Pp / 2, Ap + m_main, 1, Mp, Bp + j0, N, C + (long)m_main * ldc + j0, ldc, 0, 0,
+                      EPI_NONE);
+    }
+}
+
+#endif /* EMG_X86_GEMM_BF16_H */

@@ -1,0 +1,115 @@
+/* Thread-count setting and the parallel pieces of a step that do not depend on the model shape. */
+#include "threads.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "adam.h"
+#include "gemm.h"
+#include "session.h"
+
+struct emg_pool *emg_x86_pool(const struct emg_session *s) { return s->threads ? s->threads->pool : NULL; }
+
+int emg_x86_threads(const struct emg_session *s) { return s->threads ? s->threads->n : 1; }
+
+void emg_x86_threads_free(struct emg_session *s) {
+    if (s->threads == NULL) return;
+    emg_pool_destroy(s->threads->pool);
+    free(s->threads->grads);
+    free(s->threads);
+    s->threads = NULL;
+}
+
+int emg_x86_set_threads(struct emg_session *s, int n) {
+    if (n > EMG_X86_MAX_THREADS) return EMG_ERR_UNSUPPORTED;
+    if (n == emg_x86_threads(s)) return EMG_OK;
+    emg_x86_threads_free(s);
+    if (n == 1) return EMG_OK;
+    struct emg_threads *t = calloc(1, sizeof *t);
+    if (t == NULL) return EMG_ERR_NOMEM;
+    t->n = n;
+    t->grads = aligned_alloc(64, sizeof(float) * (size_t)(n - 1) * (size_t)s->core.layout.n_params);
+    t->pool = t->grads ? emg_pool_create(n) : NULL;
+    if (t->pool == NULL) {
+        free(t->grads);
+        free(t);
+        return EMG_ERR_NOMEM;
+    }
+    s->threads = t;
+    return EMG_OK;
+}
+
+int emg_x86_pack(struct emg_session *s, int batch, const uint8_t *tokens, const uint8_t *lengths) {
+    const int n = emg_x86_threads(s);
+    int P = 0;
+    for (int b = 0; b < batch; b++) P += lengths[b] - 1;
+    int b = 0, row = 0, done = 0;
+    for (int t = 0; t < n; t++) {
+        struct emg_chunk *c = &s->chunks[t];
+        const long target = (long)P * (t + 1) / n; /* live rows packed once this chunk is full */
+        c->seq0 = b;
+        c->row0 = row;
+        c->rows = 0;
+        while (b < batch && (t == n - 1 || c->rows == 0 || done + c->rows < target)) {
+            const uint8_t *tk = tokens + (long)b * EMG_MAX_SEQ;
+            for (int i = 0; i + 1 < lengths[b]; i++) {
+                const int r = row + c->rows++;
+                s->row_tok[r] = tk[i];
+                s->row_tgt[r] = tk[i + 1];
+                s->row_pos[r] = i;
+            }
+            b++;
+        }
+        c->seq1 = b;
+        done += c->rows;
+        row += (c->rows + ROW_PAD - 1) / ROW_PAD * ROW_PAD;
+    }
+    return P;
+}
+
+float *emg_x86_chunk_grads(const struct emg_session *s, int tid, float *grads) {
+    if (tid == 0 || grads == NULL) return grads;
+    return s->threads->grads + (size_t)(tid - 1) * (size_t)s->core.layout.n_params;
+}
+
+/* [lo, hi) of participant tid's parameter share: n_params split in whole 16-float blocks. */
+static void share(long n_params, int tid, int n, long *lo, long *hi) {
+    const long blocks = n_params / 16;
+    *lo = blocks * tid / n * 16;
+    *hi = tid == n - 1 ? n_params : blocks * (tid + 1) / n * 16;
+}
+
+float emg_x86_loss(const struct emg_step_job *job) {
+    double total = 0.0;
+    int P = 0;
+    for (int t = 0; t < emg_x86_threads(job->s); t++) {
+        total += job->totals[t];
+        P += job->s->chunks[t].rows;
+    }
+    return (float)(total / P);
+}
+
+int emg_x86_reduce(struct emg_step_job *job, int tid, int n) {
+    struct emg_session *s = job->s;
+    emg_pool_barrier(emg_x86_pool(s));
+    if (job->train && !isfinite(emg_x86_loss(job))) return 0; /* every participant sees the same sums */
+    long lo, hi;
+    share(s->core.layout.n_params, tid, n, &lo, &hi);
+    float *grads = job->grads;
+    for (int t = 1; t < n; t++) {
+        if (s->chunks[t].seq1 == s->chunks[t].seq0) continue; /* an empty chunk wrote nothing */
+        const float *g = emg_x86_chunk_grads(s, t, grads);
+        for (long i = lo; i < hi; i++) grads[i] += g[i];
+    }
+    if (!job->train) return 0;
+    /* The shared layer's update gate (emg_backend.h): no update unless every summed gradient is finite. */
+    job->bad[tid] = !emg_all_finite(grads + lo, hi - lo);
+    emg_pool_barrier(emg_x86_pool(s));
+    for (int t = 0; t < n; t++)
+        if (job->bad[t]) return 0;
+    const emg_core *c = &s->core;
+    (void)adam_update(c->params + lo, c->adam_m + lo, c->adam_v + lo, grads + lo, hi - lo, c->step + 1, job->lr);
+    emg_pool_barrier(emg_x86_pool(s)); /* every parameter is updated before any transposed copy is rebuilt */
+    return 1;
+}

@@ -1,0 +1,106 @@
+"""A step split across threads (emg_set_threads): the same gradients as one thread, bit-identical runs for a
+given thread count, chunks left empty when the batch is smaller than the pool and the C argument checks.
+The conformance kit on 2 and 3 threads is in test_conformance.py."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from reference64 import clear_inputs, random_batch, rel_rms
+
+from eemicrogpt_core.backend import TrainState
+from eemicrogpt_core.model import MAX_SEQ, ModelShape, init_params
+from eemicrogpt_core.native import NativeBackendError, NativeSession, _ffi, load_library
+
+ARGUMENT, UNSUPPORTED, NONFINITE = 1, 2, 4
+
+
+def _session(lib_path: str, shape: ModelShape, threads: int, params: np.ndarray, max_batch: int = 256):
+    session = NativeSession(lib_path, shape, max_batch)
+    session.set_state(TrainState.fresh(params))
+    assert session.set_threads(threads) == threads
+    return session
+
+
+@pytest.mark.parametrize("threads", [2, 3, 7])
+@pytest.mark.parametrize(("d_model", "n_heads", "batch"), [(16, 4, 1), (16, 4, 5), (64, 8, 16), (128, 4, 256)])
+def test_threaded_gradients_match_float64(lib_path: str, threads: int, d_model: int, n_heads: int,
+                                          batch: int) -> None:
+    """Batch 1 and 5 leave some of 7 chunks empty; 256 gives every thread several hundred rows."""
+    shape = ModelShape(d_model, n_heads)
+    ref = clear_inputs(shape, batch)
+    session = _session(lib_path, shape, threads, ref.params)
+    loss, grads = session.loss_and_grads(ref.tokens, ref.lengths)
+    loss_only, none = session.loss_and_grads(ref.tokens, ref.lengths, want_grads=False)
+    session.close()
+    assert grads is not None and none is None
+    assert loss_only == loss
+    assert abs(loss - ref.loss) / ref.loss < 1e-6
+    assert rel_rms(grads, ref.grads) < 1e-5
+
+
+def _run(lib_path: str, shape: ModelShape, threads: int, steps: int, batch: int) -> tuple[np.ndarray, TrainState]:
+    tokens, lengths = random_batch(np.random.default_rng(5), steps * batch)
+    tokens, lengths = tokens.reshape(steps, batch, MAX_SEQ).copy(), lengths.reshape(steps, batch).copy()
+    session = _session(lib_path, shape, threads, init_params(shape, 2), max_batch=batch)
+    losses = session.train_steps(tokens, lengths, np.full(steps, 0.01, np.float32))
+    state = session.get_state()
+    session.close()
+    return losses, state
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_same_threads_give_bit_identical_runs(lib_path: str, threads: int) -> None:
+    shape = ModelShape(32, 4)
+    losses_a, state_a = _run(lib_path, shape, threads, 30, 24)
+    losses_b, state_b = _run(lib_path, shape, threads, 30, 24)
+    assert np.array_equal(losses_a, losses_b)
+    assert np.array_equal(state_a.params, state_b.params)
+    assert np.array_equal(state_a.adam_v, state_b.adam_v)
+    if threads > 1:  # another thread count sums in another order: close, not necessarily equal
+        losses_1, _ = _run(lib_path, shape, 1, 30, 24)
+        assert np.max(np.abs(losses_1 - losses_a)) < 1e-4
+
+
+def test_thread_count_can_change_mid_session(lib_path: str) -> None:
+    shape = ModelShape(16, 4)
+    tokens, lengths = random_batch(np.random.default_rng(1), 4 * 8)
+    tokens, lengths = tokens.reshape(4, 8, MAX_SEQ).copy(), lengths.reshape(4, 8).copy()
+    lrs = np.full(1, 0.01, np.float32)
+    session = _session(lib_path, shape, 2, init_params(shape, 0), max_batch=8)
+    for i, threads in enumerate((2, 1, 4, 4)):
+        assert session.set_threads(threads) == threads
+        session.train_steps(tokens[i : i + 1], lengths[i : i + 1], lrs)
+    assert session.get_state().step == 4
+    session.close()
+
+
+def test_c_checks_the_thread_count(lib_path: str) -> None:
+    ffi, lib = _ffi(), load_library(lib_path)
+    out = ffi.new("emg_session **")
+    assert lib.emg_create(16, 4, 4, out) == 0
+    assert lib.emg_set_threads(out[0], 0) == ARGUMENT
+    assert lib.emg_set_threads(out[0], -3) == ARGUMENT
+    assert lib.emg_set_threads(out[0], 65) == UNSUPPORTED
+    assert lib.emg_set_threads(ffi.NULL, 2) == ARGUMENT
+    assert lib.emg_set_threads(out[0], 64) == 0  # the maximum starts (and joins) 63 threads
+    lib.emg_destroy(out[0])
+    session = NativeSession(lib_path, ModelShape(16, 4), 4)
+    with pytest.raises(ValueError, match="cannot split a step across 65 threads"):
+        session.set_threads(65)
+    session.close()
+
+
+def test_threaded_nonfinite_loss_keeps_state(lib_path: str) -> None:
+    shape = ModelShape(16, 4)
+    params = init_params(shape, 1)
+    params[shape.offsets["Wlm"]] = np.inf
+    session = _session(lib_path, shape, 3, params, max_batch=8)
+    tokens, lengths = random_batch(np.random.default_rng(0), 8)
+    with pytest.raises(NativeBackendError, match="non-finite") as info:
+        session.train_steps(tokens[None], lengths[None], np.full(1, 0.01, np.float32))
+    assert info.value.status == NONFINITE
+    state = session.get_state()
+    session.close()
+    assert state.step == 0
+    assert np.array_equal(state.params, params)
