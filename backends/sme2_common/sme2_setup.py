@@ -34,10 +34,12 @@ def feature_test(f16: bool) -> str:
     """A C unit using each SME construct the kernels rely on; it must not see SVE (Apple has none)."""
     mopa = (
         "svmopa_za16_f16_m(0, p16, p16, svld1_f16(p16, h), svld1_f16(p16, h));\n"
-        "    svst1_f16(p16, h, svread_hor_za16_f16_m(svdup_n_f16(0), p16, 0, 0));"
+        "    svst1_f16(p16, h, svget2(svread_hor_za16_f16_vg2(0, 0), 1));\n"
+        "    svst1_f16(p16, h, svget2(svread_ver_za16_f16_vg2(0, 0), 0));"
         if f16 else
         "svmopa_za32_f32_m(0, p, p, svld1_f32(p, a), svld1_f32(p, a));\n"
-        "    svst1_f32(p, a, svget4(svread_hor_za32_f32_vg4(0, 0), 1));"
+        "    svst1_f32(p, a, svget4(svread_hor_za32_f32_vg4(0, 0), 1));\n"
+        "    svst1_f32(p, a, svget4(svread_ver_za32_f32_vg4(0, 0), 2));"
     )
     return f"""#include <arm_sme.h>
 #if defined(__ARM_FEATURE_SVE)

@@ -142,8 +142,8 @@ def test_strict_build_fails_instead(monkeypatch: pytest.MonkeyPatch, tmp_path: P
 
 def test_feature_test_uses_what_the_kernels_use() -> None:
     kernels = (BACKENDS / "sme2_common" / "sme2_gemm.c").read_text()
-    for f16, constructs in ((False, ["svmopa_za32_f32_m", "svread_hor_za32_f32_vg4"]),
-                            (True, ["svmopa_za16_f16_m", "svread_hor_za16_f16_m"])):
+    for f16, constructs in ((False, ["svmopa_za32_f32_m", "svread_hor_za32_f32_vg4", "svread_ver_za32_f32_vg4"]),
+                            (True, ["svmopa_za16_f16_m", "svread_hor_za16_f16_vg2", "svread_ver_za16_f16_vg2"])):
         test = sme2_setup.feature_test(f16)
         for construct in ["__arm_locally_streaming", '__arm_new("za")', "__arm_streaming", *constructs]:
             assert construct in test and construct in kernels, construct
