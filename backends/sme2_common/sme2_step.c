@@ -619,7 +619,10 @@ static float loss_and_grad(emg_session *s, int batch, const uint8_t *tokens, con
     return loss;
 }
 
-const emg_backend emg_this_backend = {supports, init, release, refresh_weight_operands, loss_and_grad, adam};
+/* Designated: the optional hooks (train_step, set_threads) stay NULL, and later hooks need no edit. */
+const emg_backend emg_this_backend = {.supports = supports, .init = init, .release = release,
+                                      .params_changed = refresh_weight_operands, .loss_and_grad = loss_and_grad,
+                                      .adam = adam};
 
 #define EMG_BACKEND_IMPLEMENTATION
 #include "emg_backend.h"

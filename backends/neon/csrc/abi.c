@@ -53,7 +53,10 @@ static void adam(emg_session *s, float lr) {
     emg_adam_update(c->params, c->grads, c->adam_m, c->adam_v, c->layout.n_params, c->step, lr);
 }
 
-const emg_backend emg_this_backend = {supports, init, release, params_changed, loss_and_grad, adam};
+/* Designated: the optional hooks (train_step, set_threads) stay NULL, and later hooks need no edit. */
+const emg_backend emg_this_backend = {.supports = supports, .init = init, .release = release,
+                                      .params_changed = params_changed, .loss_and_grad = loss_and_grad,
+                                      .adam = adam};
 
 #define EMG_BACKEND_IMPLEMENTATION
 #include "emg_backend.h"

@@ -78,8 +78,9 @@ static float train_step(struct emg_session *s, int batch, const uint8_t *tokens,
     return s->k->train_step(s, batch, tokens, lengths, lr);
 }
 
-const emg_backend emg_this_backend = {supports, init,       release,           params_changed, loss_and_grad,
-                                      adam,     train_step, emg_x86_set_threads};
+const emg_backend emg_this_backend = {.supports = supports, .init = init, .release = release,
+                                      .params_changed = params_changed, .loss_and_grad = loss_and_grad,
+                                      .adam = adam, .train_step = train_step, .set_threads = emg_x86_set_threads};
 
 #define EMG_BACKEND_THREADS
 #define EMG_BACKEND_IMPLEMENTATION
