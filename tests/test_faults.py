@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from reporters import StopAt
 from typer.testing import CliRunner
 
 from eemicrogpt_core import __version__, atomic, checkpoint, cli, datafile
@@ -60,14 +61,6 @@ def assert_one_line_error(result, *fragments: str, code: int = 2) -> str:
         assert fragment in lines[0], lines[0]
     return lines[0]
 
-
-class StopAt(NullReporter):
-    def __init__(self, step: int) -> None:
-        self.step = step
-
-    def progress(self, step: int, total: int, train_loss: float) -> None:
-        if step >= self.step:
-            raise KeyboardInterrupt
 
 
 @pytest.fixture(scope="module")

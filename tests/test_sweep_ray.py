@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from reporters import StopAt
 from typer.testing import CliRunner
 
 from eemicrogpt_core import __version__
@@ -33,7 +34,7 @@ from eemicrogpt_core.sweep import ray_executor
 from eemicrogpt_core.sweep.driver import make_task, open_sweep_dir
 from eemicrogpt_core.sweep.ray_executor import INSTALL_HINT, cluster_address, compatibility_problems
 from eemicrogpt_core.sweep.spec import expand, load_spec
-from eemicrogpt_core.trainer import NullReporter, train
+from eemicrogpt_core.trainer import train
 
 CLI = f"{shlex.quote(sys.executable)} -c 'from eemicrogpt_core.cli import app; app()'"
 # The ray command of this interpreter's environment, whether or not that environment is on PATH.
@@ -55,14 +56,6 @@ def namespaces_unavailable() -> str | None:
         return f"unshare -n -p -f --mount-proc fails here: {probe.stderr.strip()}"
     return None
 
-
-class StopAt(NullReporter):
-    def __init__(self, step: int) -> None:
-        self.step = step
-
-    def progress(self, step: int, total: int, train_loss: float) -> None:
-        if step >= self.step:
-            raise KeyboardInterrupt  # as a Ctrl-C between chunks: the trainer saves and returns
 
 
 def test_sweep_on_a_real_ray_cluster_resumes_and_brings_run_dirs_back(tmp_path: Path, names_file: Path) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from reporters import StopAt
 
 from eemicrogpt_core.backend import BackendSpec, ProbeResult, TrainState
 from eemicrogpt_core.checkpoint import load_checkpoint
@@ -29,16 +30,6 @@ def cfg(names_file: Path) -> TrainConfig:
     return TrainConfig(d_model=16, steps=60, lr=0.01, backend="numpy_ref", data=str(names_file),
                        log_every=30, chunk_steps=25, eval_batches=4)
 
-
-class StopAt(NullReporter):
-    """Raises KeyboardInterrupt once training reaches `step`, as a Ctrl-C between chunks would."""
-
-    def __init__(self, step: int) -> None:
-        self.step = step
-
-    def progress(self, step: int, total: int, train_loss: float) -> None:
-        if step >= self.step:
-            raise KeyboardInterrupt
 
 
 class SigintAt(NullReporter):
