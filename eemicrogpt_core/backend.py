@@ -12,6 +12,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from .model import ModelShape
+from .precision import FP32
 
 
 @dataclass(frozen=True)
@@ -85,6 +86,7 @@ class BackendSpec:
     supports: Callable[[ModelShape], bool] | None = field(default=None, compare=False, hash=False)
     dtypes: tuple[str, ...] = ("float32",)
     max_batch: int = 256
+    precision: str = FP32  # what the matrix products compute in (precision.PRECISIONS); `auto` asks for fp32
     extra: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
 
     def unsupported_reason(self, shape: ModelShape, batch: int, dtype: str = "float32") -> str | None:

@@ -30,6 +30,7 @@ from .data import BatchSampler, Dataset
 from .errors import BackendSelectionError
 from .model import ModelShape, default_heads, init_params
 from .optim import lr_schedule
+from .precision import FP32
 from .registry import BackendEntry, BackendRegistry, open_session
 from .trainer import PreparedData, train
 
@@ -64,7 +65,7 @@ class BenchRow:
     steps_timed: int
     repeats: int
     threads: int = 1  # threads per step the session used
-    precision: str = "fp32"  # compute precision of the backend (its spec's extra["precision"], default fp32)
+    precision: str = FP32  # the backend's BackendSpec.precision
     error: str | None = None  # the backend failed on this cell; the numbers are NaN
 
 
@@ -130,7 +131,7 @@ def time_steps(
         us_per_sample=us / batch,
         steps_per_s=1e6 / us,
         gflops=gflops,
-        pct_peak=100.0 * gflops / peak if peak else None,
+        pct_peak=100.0 * gflops / (peak * threads_used) if peak else None,  # peak is one core's: scale by threads
         live_positions=float((lengths_all.astype(np.float64) - 1).sum(axis=-1).mean()),
         steps_timed=k * repeats,
         repeats=repeats,
@@ -140,21 +141,24 @@ def time_steps(
 
 
 def precision_of(entry: BackendEntry) -> str:
-    """The compute precision a backend declares (BackendSpec.extra["precision"]); fp32 when it declares none."""
-    return entry.spec.extra.get("precision", "fp32") if entry.spec else "fp32"
+    """The compute precision a backend declares (BackendSpec.precision)."""
+    return entry.spec.precision if entry.spec else FP32
 
 
-def pick_backends(registry: BackendRegistry, requested: str | None) -> list[BackendEntry]:
-    """Every available backend, or the one asked for (an unavailable request is an error, as in train)."""
+def pick_backends(
+    registry: BackendRegistry, requested: str | None, precision: str | None = None
+) -> list[BackendEntry]:
+    """Every available backend (of `precision`, when given), or the one asked for (an unavailable request, or
+    one of another precision, is an error, as in train)."""
     if requested and requested != "auto":
         entry = registry.get(requested)
-        if entry is None or not entry.available:
-            registry.select(requested, ModelShape(32), 16)  # raises the standard, explanatory error
+        if entry is None or not entry.available or (precision and entry.spec and entry.spec.precision != precision):
+            registry.select(requested, ModelShape(32), 16, precision=precision)  # raises the standard error
         assert entry is not None
         return [entry]
-    entries = registry.available()
+    entries = [e for e in registry.available() if precision is None or precision_of(e) == precision]
     if not entries:
-        registry.select(None, ModelShape(32), 16)  # raises: says what to install
+        registry.select(None, ModelShape(32), 16, precision=precision)  # raises: says what is missing
     return entries
 
 
@@ -199,12 +203,14 @@ def scaling_cells(entry: BackendEntry, sizes: Iterable[int], batches: Iterable[i
     return [(entry, d, b) for d in sizes for b in batches]
 
 
-def best_backend(registry: BackendRegistry, requested: str | None, sizes: Iterable[int]) -> BackendEntry:
-    """The requested backend, else what `auto` picks for the first size at batch 16."""
+def best_backend(
+    registry: BackendRegistry, requested: str | None, sizes: Iterable[int], precision: str | None = None
+) -> BackendEntry:
+    """The requested backend, else what `auto` picks (of `precision`, default fp32) for the first size at batch 16."""
     first = next(iter(sizes))
     if requested and requested != "auto":
-        return pick_backends(registry, requested)[0]
-    entry = registry.auto_choice(ModelShape(first, heads_for(first)), 16)
+        return pick_backends(registry, requested, precision)[0]
+    entry = registry.auto_choice(ModelShape(first, heads_for(first)), 16, precision=precision)
     if entry is None:
         raise BackendSelectionError("no available backend for the benchmark; see `eemicrogpt backends`")
     return entry

@@ -27,6 +27,7 @@ from .errors import CheckpointError, ConfigError, EemicrogptError, describe_os_e
 from .limits import check_memory
 from .model import ModelShape
 from .paths import user_path
+from .precision import PRECISIONS
 from .progress import RichReporter
 from .registry import BackendRegistry, load_registry, peak_gflops
 from .rundir import RunDir
@@ -110,6 +111,8 @@ def main(
 
 
 _THREADS_HELP = "threads per step (default: the physical cores available; same threads => same losses)"
+_PRECISION_HELP = ("matrix-product precision: fp32, bf16 or fp16 (default: auto picks fp32, a named backend runs in "
+                   "its own; reduced precision is never picked unless asked for)")
 _BACKEND_HELP = "backend name or 'auto' (precedence: this flag > $EEMICROGPT_BACKEND > config > auto)"
 _DATA_HELP = "names file (precedence: this flag > $EEMICROGPT_DATA > config > cached makemore names.txt)"
 
@@ -135,7 +138,7 @@ def _fresh_setup(
     cfg = load_config(user_path(config, "--config") if config else None, overrides)
     check_memory(cfg)
     cfg = dataclasses.replace(cfg, backend=resolve_backend(backend, cfg.backend))
-    registry.select(cfg.backend, cfg.shape, cfg.batch, cfg.dtype)  # before any download: fail fast
+    registry.select(cfg.backend, cfg.shape, cfg.batch, cfg.dtype, cfg.precision)  # before any download: fail fast
     cfg = dataclasses.replace(cfg, data=str(resolve_data_path(data, cfg.data)))
     prepared = prepare_data(cfg)
     run = RunDir.create(cfg.out, cfg)
@@ -174,7 +177,7 @@ def _resume_setup(
     if ckpt.state.step >= ckpt.total_steps:
         console.print(f"{run.path} already finished ({ckpt.total_steps:,} steps); nothing to resume")
         return None
-    chosen = registry.select(cfg.backend, cfg.shape, cfg.batch, cfg.dtype).name
+    chosen = registry.select(cfg.backend, cfg.shape, cfg.batch, cfg.dtype, cfg.precision).name
     prepared = prepare_data(cfg)
     _check_same_data(ckpt, prepared, cfg, allow_data_change, console)
     if ckpt.backend and chosen != ckpt.backend:
@@ -214,13 +217,14 @@ def train_cmd(
                            "differs from the one the run trained on (its sha256 is in the checkpoint)")
     ] = False,
     threads: Annotated[int | None, typer.Option(help=_THREADS_HELP)] = None,
+    precision: Annotated[str | None, typer.Option(help=_PRECISION_HELP)] = None,
 ) -> None:
     """Train a model; writes config.yaml, metrics.jsonl and checkpoint.npz to the run directory."""
     console = Console(soft_wrap=True)  # log lines stay whole in logs and pipes
     overrides = {
         "d_model": d_model, "n_heads": n_heads, "batch": batch, "steps": steps, "time_budget": time_budget,
         "lr": lr, "seed": seed, "out": out, "log_every": log_every, "drop_invalid": drop_invalid or None,
-        "threads": threads,
+        "threads": threads, "precision": precision,
     }
     registry = load_registry()
     if resume is not None:
@@ -288,6 +292,7 @@ def backends_report(registry: BackendRegistry) -> dict[str, Any]:
                 "available": e.available,
                 "reason": e.status_reason,
                 "score": e.score,
+                "precision": e.spec.precision if e.spec else None,
                 "description": e.spec.description if e.spec else "",
                 "also_provided_by": e.also_provided_by,
             }
@@ -307,16 +312,17 @@ def backends_cmd(as_json: Annotated[bool, typer.Option("--json", help="machine-r
         print(json.dumps(report, indent=2))
         return
     console = _wide_console()
-    table = Table("backend", "distribution", "version", "available", "score", "reason")
+    table = Table("backend", "distribution", "version", "precision", "available", "score", "reason")
     for b in report["backends"]:
-        table.add_row(b["name"], b["distribution"], b["version"], "yes" if b["available"] else "no",
-                      str(b["score"]), b["reason"])
+        table.add_row(b["name"], b["distribution"], b["version"], b["precision"] or "-",
+                      "yes" if b["available"] else "no", str(b["score"]), b["reason"])
     console.print(table)
     sizes = ", ".join(f"d{d}: {name or 'none'}" for d, name in report["auto_by_d_model"].items())
     if report["auto"]:
         default = TrainConfig()
-        console.print(f"auto picks: {report['auto']} (default config: d{default.d_model}, batch {default.batch}); "
-                      f"by size: {sizes}", highlight=False)
+        console.print(f"auto picks: {report['auto']} (default config: d{default.d_model}, batch {default.batch}, "
+                      f"fp32; reduced precision only with --precision or by name); by size: {sizes}",
+                      highlight=False)
     elif not report["backends"]:
         console.print("no backend installed: pip install ./backends/numpy_ref (portable) or ./backends/x86")
     else:
@@ -359,16 +365,18 @@ def bench_cmd(
         float | None, typer.Option(help="also: best loss within this many seconds per size (the seed's bpc@1s)")
     ] = None,
     peak_gflops_: Annotated[
-        float | None, typer.Option("--peak-gflops", help="FP32 peak to compare against (default: measured by the "
-                                   "plugin of the best backend here)")
+        float | None, typer.Option("--peak-gflops", help="one core's FP32 peak to compare against (default: "
+                                   "measured by the plugin of the best backend here)")
     ] = None,
     repeats: Annotated[int, typer.Option(help="timed repeats per cell (median reported)")] = 5,
     seconds: Annotated[float, typer.Option(help="timed seconds per cell")] = 0.3,
     data: Annotated[str | None, typer.Option(help=_DATA_HELP)] = None,
     as_json: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
     threads: Annotated[int | None, typer.Option(help=_THREADS_HELP)] = None,
+    precision: Annotated[str | None, typer.Option(help="only backends computing in this precision: fp32, bf16 or "
+                                                  "fp16 (default: every available one)")] = None,
 ) -> None:
-    """Median us/step, us/sample, steps/s, GFLOP/s and % of FP32 peak per backend and size (batch 16)."""
+    """Median us/step, us/sample, steps/s, GFLOP/s and % of FP32 peak (of the cores used) per backend and size."""
     sizes = tuple(d_model) if d_model else bench.SIZES
     for d in sizes:
         if d > MAX_D_MODEL:
@@ -385,8 +393,10 @@ def bench_cmd(
             raise ConfigError(f"{flag} must be a finite number in (0, {bound:g}], got {value}")
     if threads is not None and threads < 1:
         raise ConfigError(f"--threads must be >= 1, got {threads}")
+    if precision is not None and precision not in PRECISIONS:
+        raise ConfigError(f"--precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
     registry = load_registry()
-    entries = bench.pick_backends(registry, backend)
+    entries = bench.pick_backends(registry, backend, precision)
     data_path = resolve_data_path(data, None)
     base = TrainConfig(data=str(data_path))
     names = read_names(data_path)
@@ -400,7 +410,7 @@ def bench_cmd(
     rows, notes = bench.measure(bench.speed_cells(entries, sizes), train_set, **timing)
     scaling: list[bench.BenchRow] = []
     losses: list[bench.LossRow] = []
-    best = bench.best_backend(registry, backend, sizes) if (batch_scaling or loss_at) else None
+    best = bench.best_backend(registry, backend, sizes, precision) if (batch_scaling or loss_at) else None
     if batch_scaling and best is not None:
         console.print(f"batch scaling on {best.name} ...")
         scaling, more = bench.measure(bench.scaling_cells(best, sizes), train_set, **timing)
@@ -429,7 +439,7 @@ def bench_cmd(
             table.add_row(r.backend, str(r.d_model), f"{r.lr:g}", f"{r.steps:,}", f"{r.us_per_step:,.1f}",
                           f"{r.train_loss:.4f}", val)
         console.print(table)
-    console.print(f"FP32 peak: {peak:.1f} GFLOP/s ({peak_source})" if peak else
+    console.print(f"FP32 peak: {peak:.1f} GFLOP/s per core ({peak_source}); % peak is of threads x this" if peak else
                   "FP32 peak: unknown (no plugin measures it here; pass --peak-gflops to get % of peak)")
     for note in notes:
         console.print(note, highlight=False)

@@ -21,6 +21,7 @@ import yaml
 
 from .errors import ConfigError
 from .model import ModelShape, default_heads
+from .precision import PRECISIONS
 
 DTYPES = ("float32", "float64", "float16")
 BACKEND_ENV_VAR = "EEMICROGPT_BACKEND"
@@ -61,6 +62,9 @@ class TrainConfig:
     out: str | None = None  # run directory; None: runs/<time>-d<d_model>
     dtype: str = "float32"
     threads: int | None = None  # threads per step; None: the physical cores available (eemicrogpt_core.threads)
+    # The matrix products' precision (eemicrogpt_core.precision): None lets `auto` pick fp32 and a named backend
+    # run in its own; "bf16"/"fp16" make `auto` pick the best such backend; a named backend must match it.
+    precision: str | None = None
 
     @property
     def shape(self) -> ModelShape:
@@ -109,6 +113,7 @@ _FIELD_TYPES: dict[str, tuple[type, ...]] = {
     "out": (str, type(None)),
     "dtype": (str,),
     "threads": (int, type(None)),
+    "precision": (str, type(None)),
 }
 
 _TYPE_WORDS = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}
@@ -160,6 +165,8 @@ def _check_values(cfg: TrainConfig, sources: Mapping[str, str]) -> None:
         fail("threads", f"must be >= 1 (or null for the physical cores), got {cfg.threads}")
     if cfg.dtype not in DTYPES:
         fail("dtype", f"must be one of {', '.join(DTYPES)}, got {cfg.dtype!r}")
+    if cfg.precision is not None and cfg.precision not in PRECISIONS:
+        fail("precision", f"must be one of {', '.join(PRECISIONS)} (or null), got {cfg.precision!r}")
     if not cfg.backend.strip():
         fail("backend", "must be a backend name or 'auto', got an empty string")
 

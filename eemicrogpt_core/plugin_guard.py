@@ -103,6 +103,8 @@ def spec_problem(spec: BackendSpec) -> str | None:
         problems.append(f"dtypes must be a tuple of str, got {spec.dtypes!r}")
     if isinstance(spec.max_batch, bool) or not isinstance(spec.max_batch, int) or spec.max_batch < 1:
         problems.append(f"max_batch must be a positive int, got {spec.max_batch!r}")
+    if not (isinstance(spec.precision, str) and spec.precision.strip()):
+        problems.append(f"precision must be a non-empty str such as 'fp32', got {spec.precision!r}")
     if not isinstance(spec.extra, dict):
         problems.append(f"extra must be a dict, got {type(spec.extra).__name__}")
     return "; ".join(problems) or None

@@ -25,6 +25,7 @@ from . import hookspec, plugin_guard
 from .backend import BackendSpec, ProbeResult
 from .errors import BackendSelectionError
 from .model import ModelShape
+from .precision import FP32, wanted
 from .threads import apply_threads
 from .validate import ValidatedSession
 
@@ -122,24 +123,30 @@ class BackendRegistry:
     def available(self) -> list[BackendEntry]:
         return [e for e in self.entries if e.available]
 
-    def _available_names(self) -> str:
-        names = [e.name for e in self.available()]
+    def _available_names(self, precision: str | None = None) -> str:
+        names = [e.name for e in self.available() if precision is None or (e.spec and e.spec.precision == precision)]
         return ", ".join(names) if names else "none"
 
-    def auto_choice(self, shape: ModelShape, batch: int, dtype: str = "float32") -> BackendEntry | None:
-        """The highest-scoring available backend that supports this configuration (score 0 never wins)."""
+    def auto_choice(
+        self, shape: ModelShape, batch: int, dtype: str = "float32", precision: str | None = None
+    ) -> BackendEntry | None:
+        """The highest-scoring available backend of this precision (fp32 unless asked) that supports this
+        configuration (score 0 never wins)."""
         candidates = [
             e for e in self.available()
-            if e.score > 0 and not e.ambiguous and e.spec is not None
+            if e.score > 0 and not e.ambiguous and e.spec is not None and e.spec.precision == wanted(precision)
             and e.spec.unsupported_reason(shape, batch, dtype) is None
         ]
         return max(candidates, key=lambda e: (e.score, e.name), default=None)
 
     def select(
-        self, requested: str | None, shape: ModelShape, batch: int, dtype: str = "float32"
+        self, requested: str | None, shape: ModelShape, batch: int, dtype: str = "float32",
+        precision: str | None = None,
     ) -> BackendEntry:
+        """The backend to run: `auto` (or None) picks the best of the wanted precision; a name must also
+        compute in `precision` when one is given."""
         if requested in (None, "", "auto"):
-            return self._select_auto(shape, batch, dtype)
+            return self._select_auto(shape, batch, dtype, precision)
         entry = self.get(requested)
         if entry is None:
             known = ", ".join(e.name for e in self.entries) or "none installed"
@@ -159,10 +166,15 @@ class BackendRegistry:
                 f"backend '{requested}' cannot run this configuration: {reason}. "
                 f"Available here: {self._available_names()}"
             )
+        if precision is not None and entry.spec.precision != precision:
+            raise BackendSelectionError(
+                f"backend '{requested}' computes in {entry.spec.precision}, not the requested precision "
+                f"{precision}; {precision} backends available here: {self._available_names(precision)}"
+            )
         return entry
 
-    def _select_auto(self, shape: ModelShape, batch: int, dtype: str) -> BackendEntry:
-        choice = self.auto_choice(shape, batch, dtype)
+    def _select_auto(self, shape: ModelShape, batch: int, dtype: str, precision: str | None) -> BackendEntry:
+        choice = self.auto_choice(shape, batch, dtype, precision)
         if choice is not None:
             return choice
         if not self.entries:
@@ -171,12 +183,17 @@ class BackendRegistry:
         for e in self.entries:
             if e.spec is None:
                 continue
-            reason = e.spec.unsupported_reason(shape, batch, dtype) if e.available else e.status_reason
+            if e.spec.precision != wanted(precision):
+                reason: str | None = f"computes in {e.spec.precision}"
+            elif e.available:
+                reason = e.spec.unsupported_reason(shape, batch, dtype)
+            else:
+                reason = e.status_reason
             reasons.append(f"{e.name}: {reason or 'never chosen automatically (score 0)'}")
         why = "; ".join(reasons)
         raise BackendSelectionError(
             f"no available backend can run d_model={shape.d_model}, n_heads={shape.n_heads}, batch={batch}, "
-            f"dtype={dtype} ({why})"
+            f"dtype={dtype}, precision={wanted(precision)} ({why})"
         )
 
 
@@ -356,7 +373,8 @@ def peak_gflops(registry: BackendRegistry, seconds: float = 0.3) -> Peak | None:
     """
     if registry.plugin_manager is None:
         return None
-    candidates = [e for e in registry.available() if e.score > 0 and not e.ambiguous]
+    candidates = [e for e in registry.available() if e.score > 0 and not e.ambiguous and e.spec
+                  and e.spec.precision == FP32]  # an fp32 backend's plugin knows the FP32 FMA peak
     best = max(candidates, key=lambda e: (e.score, e.name), default=None)
     if best is None:
         return None

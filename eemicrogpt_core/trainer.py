@@ -334,7 +334,7 @@ def train(
     because the state in the middle of a chunk matches no step.
     """
     reporter = reporter or NullReporter()
-    entry = registry.select(cfg.backend, cfg.shape, cfg.batch, cfg.dtype)
+    entry = registry.select(cfg.backend, cfg.shape, cfg.batch, cfg.dtype, cfg.precision)
     data = data or prepare_data(cfg)
     with open_session(entry, cfg.shape, cfg.batch, cfg.dtype, cfg.threads) as session:
         run = _Run(cfg, entry, session, data, run_dir, resume)

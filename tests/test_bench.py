@@ -77,12 +77,27 @@ def test_bench_json_names_threads_and_precision(names_file: Path) -> None:
     for name in wanted:
         result = CliRunner().invoke(cli.app, [
             "bench", "--backend", name, "--d-model", "16", "--seconds", "0.03", "--repeats", "1", "--threads", "2",
-            "--data", str(names_file), "--json",
+            "--peak-gflops", "100", "--data", str(names_file), "--json",
         ])
         assert result.exit_code == 0, result.output
         (row,) = json.loads(result.stdout)["speed"]
         assert (row["backend"], row["threads"]) == (name, 2)
         assert row["precision"] == ("bf16" if name == "avx512_bf16" else "fp32")
+        assert row["pct_peak"] == pytest.approx(row["gflops"] / 2)  # of two cores' peak, 2 x 100 GFLOP/s
+
+
+def test_bench_precision_picks_the_backends_of_that_precision(names_file: Path) -> None:
+    registry = load_registry()
+    bf16 = sorted(e.name for e in registry.available() if e.spec and e.spec.precision == "bf16")
+    if not bf16:
+        pytest.skip("no bf16 backend available on this CPU")
+    result = CliRunner().invoke(cli.app, [
+        "bench", "--precision", "bf16", "--d-model", "16", "--seconds", "0.03", "--repeats", "1",
+        "--data", str(names_file), "--json",
+    ])
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.stdout)["speed"]
+    assert sorted(r["backend"] for r in rows) == bf16 and {r["precision"] for r in rows} == {"bf16"}
 
 
 @pytest.mark.parametrize(
@@ -98,6 +113,9 @@ def test_bench_json_names_threads_and_precision(names_file: Path) -> None:
         (["--peak-gflops", "-5"], "--peak-gflops must be a finite number"),
         (["--d-model", "4096"], "--d-model 4096"),
         (["--threads", "0"], "--threads must be >= 1, got 0"),
+        (["--precision", "fp8"], "--precision must be one of fp32, bf16, fp16, got 'fp8'"),
+        (["--backend", "numpy_ref", "--precision", "bf16"],
+         "backend 'numpy_ref' computes in fp32, not the requested precision bf16"),
     ],
 )
 def test_bench_bad_input(args: list[str], fragment: str, names_file: Path) -> None:

@@ -43,9 +43,12 @@ class _NullSession:
         pass
 
 
-def _spec(name: str, *, available: bool = True, score: int = 10, d_models=None, reason: str = "") -> BackendSpec:
+def _spec(
+    name: str, *, available: bool = True, score: int = 10, d_models=None, reason: str = "", precision: str = "fp32"
+) -> BackendSpec:
     probe = (lambda: ProbeResult.ok(score)) if available else (lambda: ProbeResult.no(reason or f"{name}: no"))
-    return BackendSpec(name, f"{name} test backend", probe, lambda s, b, d: _NullSession(s), d_models=d_models)
+    return BackendSpec(name, f"{name} test backend", probe, lambda s, b, d: _NullSession(s), d_models=d_models,
+                       precision=precision)
 
 
 def _plugin(name: str, *specs: BackendSpec) -> types.ModuleType:
@@ -74,6 +77,27 @@ def test_score_zero_is_never_auto():
     with pytest.raises(BackendSelectionError, match="score 0"):
         reg.select(None, SHAPE, 16)
     assert reg.select("only_on_request", SHAPE, 16).name == "only_on_request"
+
+
+def test_auto_never_picks_reduced_precision_unless_asked():
+    reg = _registry(_plugin("p", _spec("fp32", score=10), _spec("fast_bf16", score=100, precision="bf16"),
+                            _spec("slow_bf16", score=5, precision="bf16")))
+    assert reg.select(None, SHAPE, 16).name == "fp32"
+    assert reg.select("auto", SHAPE, 16, precision="fp32").name == "fp32"
+    assert reg.select(None, SHAPE, 16, precision="bf16").name == "fast_bf16"
+    with pytest.raises(BackendSelectionError,
+                       match=r"precision=fp16 \(fast_bf16: computes in bf16; fp32: computes in fp32"):
+        reg.select(None, SHAPE, 16, precision="fp16")
+
+
+def test_named_backend_must_match_a_requested_precision():
+    reg = _registry(_plugin("p", _spec("fp32"), _spec("half", precision="bf16")))
+    assert reg.select("half", SHAPE, 16).name == "half"  # a name alone is a request for its precision
+    assert reg.select("half", SHAPE, 16, precision="bf16").name == "half"
+    with pytest.raises(BackendSelectionError,
+                       match=r"'fp32' computes in fp32, not the requested precision bf16; bf16 backends available "
+                             r"here: half"):
+        reg.select("fp32", SHAPE, 16, precision="bf16")
 
 
 def test_unknown_backend_lists_choices():

@@ -81,10 +81,10 @@ def check_backends(runs: list[Run], registry: BackendRegistry) -> None:
     """Every run's backend can run its shape here (raises the registry's one-line error otherwise)."""
     seen = set()
     for cfg in (r.config for r in runs):
-        key = (cfg.backend, cfg.d_model, cfg.n_heads, cfg.batch, cfg.dtype)
+        key = (cfg.backend, cfg.d_model, cfg.n_heads, cfg.batch, cfg.dtype, cfg.precision)
         if key not in seen:
             seen.add(key)
-            registry.select(cfg.backend, cfg.shape, cfg.batch, cfg.dtype)
+            registry.select(cfg.backend, cfg.shape, cfg.batch, cfg.dtype, cfg.precision)
 
 
 def open_sweep_dir(sweep_dir: Path, spec: SweepSpec) -> None:

@@ -15,9 +15,9 @@ from eemicrogpt_core.hookspec import hookimpl
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 LIBRARY_STEM = "_emg_sme2_f16"
-# 0: `auto` never picks it. M4 lacks FEAT_SME_F16F16 and on M5 the seed measured this path ~50% slower
-# than fp32 FMOPA at d64; it is there to be asked for by name.
-SCORE = 0
+# `auto` considers it only when fp16 is asked for (precision: fp16), never for the default fp32. On M5 the
+# seed measured this path ~50% slower than fp32 FMOPA at d64; M4 lacks FEAT_SME_F16F16.
+SCORE = 10
 
 
 @hookimpl
@@ -25,5 +25,5 @@ def eemicrogpt_backends() -> Iterator[BackendSpec]:
     yield sme2_spec(
         "sme2_f16",
         "SME2 FMOPA with fp16 accumulation (two za16 tiles); fp32 master weights, gradient sums and Adam",
-        PACKAGE_DIR, LIBRARY_STEM, f16f16=True, score=SCORE,
+        PACKAGE_DIR, LIBRARY_STEM, f16f16=True, score=SCORE, precision="fp16",
     )

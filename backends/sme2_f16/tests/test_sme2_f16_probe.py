@@ -1,4 +1,4 @@
-"""sme2_f16's probe: it needs FEAT_SME_F16F16 on top of SME2, and `auto` never picks it (score 0).
+"""sme2_f16's probe: it needs FEAT_SME_F16F16 on top of SME2, and `auto` picks it only when fp16 is asked for.
 
 The shared probe's other paths (no SME2, macOS SME2 key, other OS) are tested with sme2_f32. The lane
 also runs this file under QEMU_CPU=max,sme=off, where the CPU really lacks SME.
@@ -59,7 +59,7 @@ def test_real_probe_on_this_machine() -> None:
     assert entry.available == (has_cpu and built), entry.status_reason
     if not probe.reports(probe.SME2):
         assert "FEAT_SME2, not reported" in entry.status_reason
-    assert entry.score == 0  # available or not, `auto` never picks it
+    assert entry.spec is not None and entry.spec.precision == "fp16"  # so `auto` picks it only for precision fp16
 
 
 @pytest.mark.skipif(not ON_ARM, reason="the native library exists only on aarch64")

@@ -22,7 +22,7 @@ from . import probe
 
 
 def sme2_spec(
-    name: str, description: str, package_dir: Path, stem: str, f16f16: bool, score: int
+    name: str, description: str, package_dir: Path, stem: str, f16f16: bool, score: int, precision: str = "fp32"
 ) -> BackendSpec:
     """A spec whose probe checks the CPU (and the built library) and whose factory opens the library."""
 
@@ -58,4 +58,5 @@ def sme2_spec(
         supports=library_supports(library),
         dtypes=("float32",),
         max_batch=MAX_BATCH,
+        precision=precision,
     )

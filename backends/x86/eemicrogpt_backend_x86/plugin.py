@@ -1,4 +1,4 @@
-"""The eemicrogpt plugin: declares `avx512` and `avx2`, and measures the FP32 FMA peak for benchmarks."""
+"""The eemicrogpt plugin: declares `avx512`, `avx2` and `avx512_bf16`, and measures the FP32 FMA peak for benchmarks."""
 
 from __future__ import annotations
 
@@ -17,7 +17,6 @@ _DESCRIPTIONS = {
     "avx2": "native C, AVX2 + FMA (8-float ymm register tiles)",
     "avx512_bf16": "native C, AVX-512 with bf16 GEMMs (VDPBF16PS, fp32 accumulation, fp32 master weights)",
 }
-_PRECISIONS = {"avx512": "fp32", "avx2": "fp32", "avx512_bf16": "bf16"}
 
 
 def _factory(name: str):
@@ -50,7 +49,8 @@ def eemicrogpt_backends() -> Iterator[BackendSpec]:
             supports=library_supports(lambda name=name: library_path(name)),  # the kernel table in C
             dtypes=("float32",),
             max_batch=MAX_BATCH,
-            extra={"distribution": "eemicrogpt-backend-x86", "isa": name, "precision": _PRECISIONS[name]},
+            precision=VARIANTS[name].precision,
+            extra={"distribution": "eemicrogpt-backend-x86", "isa": name},
         )
 
 

@@ -32,7 +32,8 @@ class Variant:
     features: tuple[str, ...]  # CPUID features the compiled code may use
     os_state: int  # XCR0 state the OS must save
     os_state_name: str
-    score: int  # 0: never picked by `auto` (reduced precision is chosen by name only)
+    score: int  # `auto` ranks backends of the requested precision by score
+    precision: str = "fp32"  # what the matrix products compute in (BackendSpec.precision)
 
 
 VARIANTS = {
@@ -40,7 +41,7 @@ VARIANTS = {
                       "zmm", 100),
     "avx2": Variant("avx2", ("AVX", "AVX2", "FMA"), OS_YMM, "ymm", 50),
     "avx512_bf16": Variant("avx512_bf16", ("AVX", "AVX2", "FMA", "AVX512F", "AVX512VL", "AVX512BW", "AVX512DQ",
-                                           "AVX512BF16"), OS_ZMM, "zmm", 0),
+                                           "AVX512BF16"), OS_ZMM, "zmm", 100, "bf16"),
 }
 # A variant name in EEMICROGPT_X86_DISABLE masks the features that set it apart.
 _NAME_MASKS = {"avx512": ("AVX512F", "AVX512VL", "AVX512BW", "AVX512DQ"), "avx2": ("AVX2",),
@@ -100,6 +101,6 @@ def probe(name: str) -> ProbeResult:
     if lacks:
         return ProbeResult.no(lacks)
     note = f"{name}: {'/'.join(variant.features)} detected"
-    if variant.score == 0:
-        note += " (reduced precision: used only when asked for by name)"
+    if variant.precision != "fp32":
+        note += f" (reduced precision: auto picks it only when asked for {variant.precision})"
     return ProbeResult.ok(variant.score, note)

@@ -80,7 +80,7 @@ def test_specs_ask_the_library_for_shapes(name: str) -> None:
     _host_has(name)
     specs = {s.name: s for s in plugin.eemicrogpt_backends()}
     assert set(specs) == {"avx512", "avx2", "avx512_bf16"}
-    assert {name: spec.extra["precision"] for name, spec in specs.items()} == {
+    assert {name: spec.precision for name, spec in specs.items()} == {
         "avx512": "fp32", "avx2": "fp32", "avx512_bf16": "bf16"}
     for spec in (specs[name],):
         assert spec.d_models is None and spec.n_heads is None and spec.max_batch == 256
@@ -102,13 +102,14 @@ def test_registry_auto_prefers_avx512_then_avx2(monkeypatch: pytest.MonkeyPatch)
     assert "CPU lacks AVX512F" in entry.status_reason
 
 
-def test_bf16_is_never_picked_by_auto_and_masks_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_bf16_is_picked_by_auto_only_when_asked_and_masks_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
     _host_has("avx512_bf16")
     registry = load_registry()
     entry = registry.get("avx512_bf16")
-    assert entry is not None and entry.available and entry.score == 0
+    assert entry is not None and entry.available and entry.spec is not None and entry.spec.precision == "bf16"
     for d in (16, 32, 64, 128):
         assert registry.auto_choice(ModelShape(d, 4), 16).name == "avx512"
+        assert registry.auto_choice(ModelShape(d, 4), 16, precision="bf16").name == "avx512_bf16"
     monkeypatch.setenv(DISABLE_ENV, "avx512_bf16")
     assert probe("avx512_bf16").reason == "avx512_bf16: CPU lacks AVX512BF16 (masked by EEMICROGPT_X86_DISABLE)"
     assert probe("avx512").available
