@@ -8,25 +8,25 @@ library built through its setup.py (the aarch64 lane's build stage) under QEMU w
 - `exec` with `nochain` logs one `Trace` line per executed block (no block jumps straight into the next);
 - a block runs from its first instruction to its last (it ends at every branch, and nothing in a training
   step faults), so every instruction of a block executes once per `Trace` line.
-QEMU's log (its stderr, never stored) is piped into awk, which counts executions per block and keeps the
-block's instruction addresses; Python expands them to executions per instruction. Two runs, with S1 and S2
-steps, are subtracted per instruction address, so set-up cancels out: what is left is exactly (S2 - S1) steps.
-`--check` repeats every run with one instruction per block (`QEMU_ONE_INSN_PER_TB=1`, one `Trace` per
-instruction: the first method, ~5x slower) and requires identical per-instruction counts.
+QEMU's log (its stderr, never stored) is piped into awk, which counts executions per block and call stack (the
+call sites still to return, from the blocks that end in `bl`/`blr` and `ret`); Python expands them to
+executions per instruction. Two runs, with S1 and S2 steps, are subtracted per instruction and call stack, so
+set-up cancels out: what is left is exactly (S2 - S1) steps. `--check` repeats every run with one instruction
+per block (`QEMU_ONE_INSN_PER_TB=1`, one `Trace` per instruction: the first method, ~5x slower) and requires
+identical counts.
 
-Each address is mapped to its function with llvm-objdump-19 and, through the DWARF inline chain
-(llvm-symbolizer-19; the lane builds with -g, which does not change clang's code), to the phase of the step
-that the instruction belongs to even when the compiler inlined it:
-- streaming kernels: `__arm_streaming` functions of sme2_gemm.c, the `sme_gemm*` locally-streaming entry
-  points, the SME ABI runtime (`__arm_*`);
-- forward, backward, weight operands (transposed copies re-synced after Adam), Adam: the outermost function of
-  the inline chain with that role (`forward`/`seq_forward`, `backward`/`seq_backward`,
-  `refresh_weight_operands`/`sync_transposed`, `adam`/`emg_adam_update`);
-- other glue: the rest of the library (step loop, batch packing, loss bookkeeping, ...);
-- libc/libm: code the library calls there (memcpy, memset, logf, ...).
-"glue" is everything but the streaming kernels (libc/libm included). Kinds: SME/SVE (streaming),
-Neon/FP (v/q/d/s/h/b register operands, scalar FP included), loads/stores (integer and FP/SIMD, not SVE),
-scalar (integer, branches). Phases and kinds each sum to the total; the script checks that.
+Each address is mapped to its function and instruction with llvm-objdump-19 and to its DWARF inline chain
+with llvm-symbolizer-19 (the lane builds with -g, which does not change clang's code). Phases (columns sum to
+the total): an instruction belongs to the outermost function with a role among its call sites, outermost
+first, and then its own inline chain: forward (`forward`, `seq_forward`), backward (`backward`,
+`seq_backward`), weight operands (`refresh_weight_operands`, `sync_transposed`: transposed copies re-synced
+after Adam), Adam (`adam`, `emg_adam_update`); none: other (step loop, batch packing, finiteness checks). So
+the GEMMs, helpers and libc/libm code that forward calls count as forward, even when inlined or shared.
+Streaming kernels (the part of each phase in parentheses; "glue" is the rest, libc/libm included) are the
+`__arm_streaming` functions of sme2_gemm.c, the `sme_gemm*` locally-streaming entry points and the SME ABI
+runtime (`__arm_*`). Kinds (also summing to the total): SME/SVE (streaming), Neon/FP (v/q/d/s/h/b register
+operands, scalar FP included), loads/stores (integer and FP/SIMD, not SVE), scalar (integer, branches).
+The script checks that phases, kinds and functions each add up to the total.
 
 Needs the aarch64 lane's cache (run `bash tools/a64lane/run.sh` once; $A64_LANE_DIR as for the lane).
 Usage (from the repository root; prints progress on stderr and the README's Markdown table on stdout):
@@ -67,13 +67,11 @@ BACKENDS = {
     "sme2_f16w": ("eemicrogpt_backend_sme2_f16", "_emg_sme2_f16w"),
 }
 DEFAULT_BACKENDS = ("neon", "sme2_f32", "sme2_f16")
-STREAMING = "streaming kernels"
-LIBC = "libc/libm"
-OTHER_GLUE = "other glue"
-PHASES = (STREAMING, "forward", "backward", "weight operands", "Adam", OTHER_GLUE, LIBC)
+OTHER = "other"
+PHASES = ("forward", "backward", "weight operands", "Adam", OTHER)
 KINDS = ("SME/SVE", "Neon/FP", "ld/st", "scalar")
 _STREAMING_SYMBOL = re.compile(r"^__arm_|^sme_gemm")
-_PHASE_OF_FUNCTION = [  # matched against the inline chain, outermost first
+_ROLE_OF_FUNCTION = [  # matched against call sites and inline chains, outermost first
     (re.compile(r"^(?:seq_)?forward$"), "forward"),
     (re.compile(r"^(?:seq_)?backward$"), "backward"),
     (re.compile(r"^refresh_weight_operands$|^sync_transposed$"), "weight operands"),
@@ -81,16 +79,30 @@ _PHASE_OF_FUNCTION = [  # matched against the inline chain, outermost first
 ]
 _FP_SIMD_REG = re.compile(r"\b(?:v\d+|q\d+|d\d+|s\d+|h\d+|b\d+)\b")
 
-# QEMU's log -> one line per translated block: "<executions> <pc> <pc> ...". A block's listing (`IN:` and its
-# instruction lines) is logged when it is translated, right before its first `Trace` line; `Trace 0: <host
-# address of the block> [...]` is logged per execution. Other lines (the driver's errors) go to stderr.
+# QEMU's log -> "<executions>|<call sites>|<pc> <pc> ..." per translated block and call stack. A block's listing
+# (`IN:` and its instruction lines "0x<pc>:  <hex>  <mnemonic> ...") is logged when it is translated, right before
+# its first `Trace` line; `Trace 0: <host address of the block> [...]` is logged per execution. The call stack
+# (the PCs of the calls, `bl`/`blr`, still to return) is kept from each executed block's last instruction: it is
+# pushed after a block ending in a call and popped after one ending in `ret`. Other lines (the driver's errors)
+# go to stderr.
 TB_COUNTER_AWK = r"""
-/^Trace / { if (listing != "") { pcs[$3] = listing; listing = "" } runs[$3]++; next }
+/^Trace / {
+  if (listing != "") { block[$3] = ++n; pcs[n] = listing; ends[n] = end_kind; last[n] = last_pc; listing = "" }
+  b = block[$3]
+  runs[stack "|" b]++
+  if (ends[b] == "call") { saved[++depth] = stack; stack = stack " " last[b] }
+  else if (ends[b] == "ret" && depth > 0) stack = saved[depth--]
+  next
+}
 /^IN:/ { listing = ""; next }
-/^0x[0-9a-fA-F]+:/ { listing = listing " " substr($1, 1, length($1) - 1); next }
+/^0x[0-9a-fA-F]+:/ {
+  last_pc = substr($1, 1, length($1) - 1); listing = listing " " last_pc
+  end_kind = $3 ~ /^blr?(aa|ab|aaz|abz)?$/ ? "call" : $3 ~ /^ret(aa|ab)?$/ ? "ret" : ""
+  next
+}
 /^-+$/ || /^$/ { next }
 { print > "/dev/stderr" }
-END { for (tb in runs) print runs[tb] pcs[tb] }
+END { for (k in runs) { split(k, part, "|"); print runs[k] "|" part[1] "|" pcs[part[2]] } }
 """
 
 
@@ -119,14 +131,15 @@ class Lane:
 # --- parsing the log and the driver's output ------------------------------------------------------------------
 
 def expand_blocks(awk_output: str) -> Counter:
-    """awk's per-block lines -> executions per guest instruction address."""
+    """awk's lines -> executions per (call sites outermost first, guest instruction address)."""
     counts: Counter = Counter()
     for line in awk_output.splitlines():
-        runs, *pcs = line.split()
-        if not pcs:
+        runs, stack, pcs = line.split("|")
+        if not pcs.split():
             raise CountError("a translated block ran without its in_asm listing (is QEMU's log complete?)")
-        for pc in pcs:
-            counts[int(pc, 16)] += int(runs)
+        calls = tuple(int(pc, 16) for pc in stack.split())
+        for pc in pcs.split():
+            counts[(calls, int(pc, 16))] += int(runs)
     return counts
 
 
@@ -149,15 +162,22 @@ def mappings(stdout: str) -> dict[str, Mapped]:
 
 
 def locate(counts: Counter, maps: dict[str, Mapped]) -> Counter:
-    """Run-time PCs -> (file, ELF virtual address); PCs outside the mapped files (ld.so, the driver) dropped."""
+    """Run-time PCs -> (file, ELF virtual address), for instructions and call sites: keys become
+    (call sites, file, address). PCs outside the mapped files (ld.so, the driver) are dropped."""
     ranges = sorted((lo, hi, path) for path, m in maps.items() for lo, hi in m.text)
     starts = [lo for lo, _, _ in ranges]
-    located: Counter = Counter()
-    for pc, n in counts.items():
+
+    def where(pc: int) -> tuple[str, int] | None:
         i = bisect.bisect_right(starts, pc) - 1
         if i >= 0 and pc < ranges[i][1]:
             path = ranges[i][2]
-            located[(path, pc - maps[path].base)] += n
+            return path, pc - maps[path].base
+        return None
+
+    located: Counter = Counter()
+    for (calls, pc), n in counts.items():
+        if (at := where(pc)) is not None:
+            located[(tuple(c for c in map(where, calls) if c is not None), *at)] += n
     return located
 
 
@@ -167,7 +187,7 @@ def per_step(short: Counter, long: Counter, steps: tuple[int, int]) -> dict[tupl
     for key in short.keys() | long.keys():
         diff = long[key] - short[key]
         if diff < 0:
-            raise CountError(f"{Path(key[0]).name}+{key[1]:#x} ran more often in the {steps[0]}-step run than in "
+            raise CountError(f"{Path(key[-2]).name}+{key[-1]:#x} ran more often in the {steps[0]}-step run than in "
                              f"the {steps[1]}-step run: the two runs did not load the code at the same addresses")
         if diff:
             out[key] = diff / (steps[1] - steps[0])
@@ -199,23 +219,27 @@ def kind(insn: objcheck.Insn | None) -> str:
     return "scalar"
 
 
-def phase(symbol: str, chain: list[str], streaming: set[str]) -> str:
-    """Phase of a library instruction: its symbol decides streaming kernels, its inline chain the rest."""
-    if symbol in streaming or _STREAMING_SYMBOL.search(symbol):
-        return STREAMING
-    for function in chain or [symbol]:
-        for pattern, name in _PHASE_OF_FUNCTION:
+def is_streaming(symbol: str, streaming: set[str]) -> bool:
+    return symbol in streaming or bool(_STREAMING_SYMBOL.search(symbol))
+
+
+def role(chain: list[str]) -> str | None:
+    """The phase named by the outermost function of an inline chain that has one (forward, backward, ...)."""
+    for function in chain:
+        for pattern, name in _ROLE_OF_FUNCTION:
             if pattern.search(function):
                 return name
-    return OTHER_GLUE
+    return None
 
 
 @dataclass
 class Cell:
-    """One backend at one size: instructions per step by phase, by kind, and by function."""
+    """One backend at one size, per step: instructions by phase (and the streaming kernels' part of each
+    phase), by kind, and by function."""
     backend: str
     d_model: int
     phases: Counter = field(default_factory=Counter)
+    streaming: Counter = field(default_factory=Counter)
     kinds: Counter = field(default_factory=Counter)
     functions: Counter = field(default_factory=Counter)
 
@@ -225,32 +249,45 @@ class Cell:
 
     @property
     def glue(self) -> float:
-        return self.total - self.phases[STREAMING]
+        return self.total - sum(self.streaming.values())
 
     def check(self) -> None:
-        """Phases and kinds are two partitions of the same instructions: both must sum to the total."""
+        """Phases, kinds and functions are partitions of the same instructions: all sum to the total."""
         for what, parts in (("phases", self.phases), ("functions", self.functions)):
             if abs(sum(parts.values()) - self.total) > 1e-6 * max(self.total, 1):
                 raise CountError(f"{self.backend} d{self.d_model}: {what} sum to {sum(parts.values())}, "
                                  f"kinds to {self.total}")
+        if any(self.streaming[p] > self.phases[p] for p in self.streaming):
+            raise CountError(f"{self.backend} d{self.d_model}: a phase has more streaming than all instructions")
         if set(self.phases) - set(PHASES) or set(self.kinds) - set(KINDS):
             raise CountError(f"{self.backend} d{self.d_model}: unknown phase or kind")
 
 
-def aggregate(backend: str, d_model: int, steps_counts: dict[tuple[str, int], float], library: str,
+def aggregate(backend: str, d_model: int, steps_counts: dict[tuple, float], library: str,
               decoded: dict[str, dict[int, tuple[str, objcheck.Insn]]], chains: dict[int, list[str]],
               streaming: set[str]) -> Cell:
+    """Each instruction's phase is the outermost role among its call sites in the library (outermost first)
+    and then its own inline chain; none: "other" (step loop, batch packing, checks). So the GEMMs, helpers and
+    libc/libm code that forward calls count as forward; streaming is decided by the instruction's function."""
     cell = Cell(backend, d_model)
-    for (path, address), n in steps_counts.items():
+
+    def chain_at(path: str, address: int) -> list[str]:
+        if path != library:
+            return []
+        return chains.get(address) or [decoded.get(path, {}).get(address, ("?", None))[0]]
+
+    for (calls, path, address), n in steps_counts.items():
         symbol, insn = decoded.get(path, {}).get(address, ("?", None))
-        if path == library:
-            chain = chains.get(address, [])
-            ph = phase(symbol, chain, streaming)
-            where = " > ".join(chain[:2]) if chain[:1] == [symbol] else symbol
-        else:
-            ph, where = LIBC, f"{Path(path).name.split('.')[0]}:{symbol}"
+        own = chain_at(path, address)
+        ph = role([f for site in calls for f in chain_at(*site)] + own) or OTHER
         cell.phases[ph] += n
+        if path == library and is_streaming(symbol, streaming):
+            cell.streaming[ph] += n
         cell.kinds[kind(insn)] += n
+        if path != library:
+            where = f"{Path(path).name.split('.')[0]}:{symbol}"
+        else:  # PLT stubs have no DWARF (the symbolizer names the nearest function): keep objdump's name
+            where = " > ".join(own[:2]) if own[:1] == [symbol] else symbol
         cell.functions[f"{where} [{ph}]"] += n
     cell.check()
     return cell
@@ -267,11 +304,14 @@ def fmt(n: float) -> str:
 
 
 def markdown_table(cells: Iterable[Cell]) -> str:
-    columns = ["total", "glue", *PHASES, *KINDS]
+    """Phase cells read "all (streaming kernels)": a phase's instructions including the GEMMs it calls."""
+    columns = ["total", "glue", "streaming kernels", *PHASES, *KINDS]
     lines = ["| backend | d | " + " | ".join(columns) + " |", "|" + " --- |" * (2 + len(columns))]
     for c in cells:
-        values = [c.total, c.glue, *(c.phases[p] for p in PHASES), *(c.kinds[k] for k in KINDS)]
-        lines.append(f"| {c.backend} | {c.d_model} | " + " | ".join(fmt(v) for v in values) + " |")
+        values = [fmt(c.total), fmt(c.glue), fmt(sum(c.streaming.values()))]
+        values += [fmt(c.phases[p]) + (f" ({fmt(c.streaming[p])})" if c.streaming[p] else "") for p in PHASES]
+        values += [fmt(c.kinds[k]) for k in KINDS]
+        lines.append(f"| {c.backend} | {c.d_model} | " + " | ".join(values) + " |")
     return "\n".join(lines)
 
 
@@ -370,8 +410,9 @@ def count_cell(lane: Lane, cpu: str, driver: Path, backend: str, library: Path, 
                          f"addresses, first {Path(differ[0][0]).name}+{differ[0][1]:#x}")
     counts = located[False]
     lib = str(library.resolve())
-    decoded = {path: address_map(Path(path)) for path in {p for p, _ in counts}}
-    chains = inline_chains(library, {a for p, a in counts if p == lib})
+    decoded = {path: address_map(Path(path)) for path in {p for _, p, _ in counts}}
+    sites = {site for calls, _, _ in counts for site in calls} | {(p, a) for _, p, a in counts}
+    chains = inline_chains(library, {a for p, a in sites if p == lib})
     return aggregate(backend, d_model, counts, lib, decoded, chains, streaming)
 
 
@@ -431,7 +472,7 @@ def main() -> int:
             sys.exit(f"a64_insn_count: {e}")
     if args.functions:
         for cell in cells:
-            print(f"\n{cell.backend} d{cell.d_model}: per function (symbol > outermost inlined), per step")
+            print(f"\n{cell.backend} d{cell.d_model}: per function (symbol > outermost inlined) [phase], per step")
             for function, n in cell.functions.most_common(30):
                 print(f"  {fmt(n):>8}  {function}")
     print(f"\nInstructions per training step (batch {args.batch}, {N_HEADS} heads, QEMU_CPU={args.cpu}, "

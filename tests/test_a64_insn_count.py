@@ -24,16 +24,21 @@ objcheck = insn_count.objcheck
 LIB = "/site/pkg/_emg_sme2.so"
 LIBC = "/sysroot/lib/libc.so.6"
 
-# QEMU's in_asm,exec,nochain log: block A (2 instructions) translated, then run 3 times; block B translated
-# twice in a row (the first translation was discarded) and run once; after a code-buffer flush block A is
-# translated again at a new host address and run twice more; one line from the driver in between.
+# QEMU's in_asm,exec,nochain log. A `ret` block runs first, with no call to return from. Block A (2 instructions,
+# ending in a call) is translated and run; block B (ending in `ret`) is translated twice in a row (the first
+# translation was discarded) and runs inside A's call; A runs again and calls B again (a line from the driver in
+# between); after a code-buffer flush A is translated again at a new host address, runs and calls B once more.
 QEMU_LOG = """\
+----------------
+IN: exit
+0x00007ffff5b00010:  d65f03c0  ret
+
+Trace 0: 0x7fffee400000 [80083009301/00007ffff5b00010/00000001/00000200] exit
 ----------------
 IN: loss_and_grad
 0x00007ffff7e01000:  8b020020  add      x0, x1, x2
-0x00007ffff7e01004:  54000041  b.ne     #0x7ffff7e0100c
+0x00007ffff7e01004:  940003ff  bl       #0x7ffff7e02000
 
-Trace 0: 0x7fffee400100 [80083009301/00007ffff7e01000/00000001/00000200] loss_and_grad
 Trace 0: 0x7fffee400100 [80083009301/00007ffff7e01000/00000001/00000200] loss_and_grad
 ----------------
 IN: gemm_body
@@ -47,13 +52,14 @@ IN: gemm_body
 Trace 0: 0x7fffee400200 [80083009301/00007ffff7e02000/00000001/00000200] gemm_body
 Trace 0: 0x7fffee400100 [80083009301/00007ffff7e01000/00000001/00000200] loss_and_grad
 a64_insn_driver: a message from the driver
+Trace 0: 0x7fffee400200 [80083009301/00007ffff7e02000/00000001/00000200] gemm_body
 ----------------
 IN: loss_and_grad
 0x00007ffff7e01000:  8b020020  add      x0, x1, x2
-0x00007ffff7e01004:  54000041  b.ne     #0x7ffff7e0100c
+0x00007ffff7e01004:  940003ff  bl       #0x7ffff7e02000
 
 Trace 0: 0x7fffee400300 [80083009301/00007ffff7e01000/00000001/00000200] loss_and_grad
-Trace 0: 0x7fffee400300 [80083009301/00007ffff7e01000/00000001/00000200] loss_and_grad
+Trace 0: 0x7fffee400200 [80083009301/00007ffff7e02000/00000001/00000200] gemm_body
 """
 
 DRIVER_STDOUT = f"""\
@@ -73,8 +79,9 @@ Disassembly of section .text:
 0000000000011000 <loss_and_grad>:
    11000:      \tadd\tx0, x1, x2
    11004:      \tfadd\tv0.4s, v1.4s, v2.4s
-   11008:      \tldr\tq0, [x0, #0x10]
-   1100c:      \tfmul\ts0, s1, s2
+   11008:      \tbl\t0x12000 <gemm_body>
+   1100c:      \tldr\tq0, [x0, #0x10]
+   11010:      \tfmul\ts0, s1, s2
 
 0000000000012000 <gemm_body>:
    12000:      \tnop
@@ -83,6 +90,7 @@ Disassembly of section .text:
 
 0000000000013000 <transpose_op>:
    13000:      \tzip1\tv0.4s, v1.4s, v2.4s
+   13004:      \tbl\t0x13000 <transpose_op>
 """
 
 
@@ -99,13 +107,15 @@ def awk() -> str:
     return path
 
 
-def test_awk_counts_every_instruction_of_each_executed_block(awk):
+def test_awk_counts_every_instruction_of_each_executed_block_under_its_call_stack(awk):
     out = subprocess.run([awk, insn_count.TB_COUNTER_AWK], input=QEMU_LOG, capture_output=True, text=True,
                          check=True)
     assert out.stderr.strip() == "a64_insn_driver: a message from the driver"
     counts = insn_count.expand_blocks(out.stdout)
-    assert counts == {0x7FFFF7E01000: 5, 0x7FFFF7E01004: 5,  # block A: 3 runs + 2 runs of its re-translation
-                      0x7FFFF7E02000: 1, 0x7FFFF7E02004: 1, 0x7FFFF7E02008: 1}  # block B: its last listing
+    call = (0x7FFFF7E01004,)
+    assert counts == {((), 0x7FFFF5B00010): 1,
+                      ((), 0x7FFFF7E01000): 3, ((), 0x7FFFF7E01004): 3,  # A: 2 runs + 1 of its re-translation
+                      (call, 0x7FFFF7E02000): 3, (call, 0x7FFFF7E02004): 3, (call, 0x7FFFF7E02008): 3}
 
 
 def test_a_block_without_listing_is_an_error(awk):
@@ -115,17 +125,20 @@ def test_a_block_without_listing_is_an_error(awk):
         insn_count.expand_blocks(out.stdout)
 
 
-def test_pcs_map_to_file_addresses_and_others_are_dropped():
+def test_pcs_and_call_sites_map_to_file_addresses_and_others_are_dropped():
     maps = insn_count.mappings(DRIVER_STDOUT)
     assert maps[LIB].base == 0x7FFFF7DF0000 and maps[LIB].text == [(0x7FFFF7E01000, 0x7FFFF7E07000)]
-    counts = Counter({0x7FFFF7E01000: 4, 0x7FFFF5B00010: 2, 0x7FFFF7E07000: 9, 0x555555550000: 7})
-    assert insn_count.locate(counts, maps) == {(LIB, 0x11000): 4, (LIBC, 0x10): 2}
+    driver_call, lib_call = 0x555555550010, 0x7FFFF7E01004
+    counts = Counter({((driver_call,), 0x7FFFF7E01000): 4, ((driver_call, lib_call), 0x7FFFF5B00010): 2,
+                      ((), 0x7FFFF7E07000): 9, ((), 0x555555550000): 7})
+    assert insn_count.locate(counts, maps) == {((), LIB, 0x11000): 4, (((LIB, 0x11004),), LIBC, 0x10): 2}
 
 
 def test_two_runs_subtract_to_per_step_counts():
-    short = Counter({(LIB, 0x11000): 10, (LIB, 0x11004): 3, (LIBC, 0x10): 5})
-    long = Counter({(LIB, 0x11000): 16, (LIB, 0x11004): 3, (LIBC, 0x10): 9, (LIB, 0x12000): 2})
-    assert insn_count.per_step(short, long, (1, 3)) == {(LIB, 0x11000): 3, (LIBC, 0x10): 2, (LIB, 0x12000): 1}
+    short = Counter({((), LIB, 0x11000): 10, ((), LIB, 0x11004): 3, ((), LIBC, 0x10): 5})
+    long = Counter({((), LIB, 0x11000): 16, ((), LIB, 0x11004): 3, ((), LIBC, 0x10): 9, ((), LIB, 0x12000): 2})
+    assert insn_count.per_step(short, long, (1, 3)) == {((), LIB, 0x11000): 3, ((), LIBC, 0x10): 2,
+                                                        ((), LIB, 0x12000): 1}
     with pytest.raises(insn_count.CountError, match="ran more often in the 1-step run"):
         insn_count.per_step(long, short, (1, 3))
 
@@ -137,16 +150,15 @@ def test_inline_chains_read_outermost_first():
                                                     0x13000: []}
 
 
-def test_phase_is_the_outermost_role_in_the_chain_and_streaming_by_symbol():
-    streaming = {"gemm_body"}
-    assert insn_count.phase("loss_and_grad", ["loss_and_grad", "forward", "rms_forward"], streaming) == "forward"
-    assert insn_count.phase("loss_and_grad", ["loss_and_grad", "backward", "seq_forward"], streaming) == "backward"
-    assert insn_count.phase("emg_train_steps", ["emg_train_steps", "adam"], streaming) == "Adam"
-    assert insn_count.phase("sync_transposed", [], streaming) == "weight operands"
-    assert insn_count.phase("gemm_body", ["gemm_body", "put_vec"], streaming) == insn_count.STREAMING
-    assert insn_count.phase("sme_gemm_many", [], streaming) == insn_count.STREAMING
-    assert insn_count.phase("__arm_tpidr2_save", [], streaming) == insn_count.STREAMING
-    assert insn_count.phase("transpose_op", ["transpose_op"], streaming) == insn_count.OTHER_GLUE
+def test_role_is_the_outermost_in_the_chain_and_streaming_is_by_symbol():
+    assert insn_count.role(["loss_and_grad", "forward", "rms_forward"]) == "forward"
+    assert insn_count.role(["loss_grad", "seq_backward", "seq_forward"]) == "backward"
+    assert insn_count.role(["emg_train_steps", "adam"]) == "Adam"
+    assert insn_count.role(["sync_transposed"]) == "weight operands"
+    assert insn_count.role(["transpose_op", "transpose_to"]) is None
+    assert insn_count.is_streaming("gemm_body", {"gemm_body"})
+    assert insn_count.is_streaming("sme_gemm_many", set()) and insn_count.is_streaming("__arm_tpidr2_save", set())
+    assert not insn_count.is_streaming("loss_and_grad", {"gemm_body"})
 
 
 def test_kinds():
@@ -165,28 +177,34 @@ def test_kinds():
 
 def test_aggregate_splits_each_step_by_phase_and_kind_and_renders_the_table():
     functions = objcheck.parse_disassembly(OBJDUMP)
-    assert [i.mnemonic for i in functions["loss_and_grad"]] == ["add", "fadd", "ldr", "fmul"]
+    assert [i.mnemonic for i in functions["loss_and_grad"]] == ["add", "fadd", "bl", "ldr", "fmul"]
     decoded = {LIB: {i.address: (name, i) for name, insns in functions.items() for i in insns},
                LIBC: {0x10: ("memcpy", objcheck.Insn(0x10, "stp", "q0, q1, [x0]"))}}
     chains = insn_count.parse_inline_chains("\n".join([
         symbolizer_line(0x11000, ["loss_and_grad"]),
         symbolizer_line(0x11004, ["forward", "loss_and_grad"]),
-        symbolizer_line(0x11008, ["backward", "loss_and_grad"]),
-        symbolizer_line(0x1100C, ["adam", "loss_and_grad"]),
+        symbolizer_line(0x11008, ["forward", "loss_and_grad"]),
+        symbolizer_line(0x1100C, ["backward", "loss_and_grad"]),
+        symbolizer_line(0x11010, ["adam", "loss_and_grad"]),
+        symbolizer_line(0x13004, ["transpose_op"]),
     ]))
-    steps = {(LIB, 0x11000): 10, (LIB, 0x11004): 20, (LIB, 0x11008): 30, (LIB, 0x1100C): 40,
-             (LIB, 0x12004): 500, (LIB, 0x12008): 5, (LIB, 0x13000): 7, (LIBC, 0x10): 3}
+    from_forward = ((LIB, 0x11008),)  # gemm_body, transpose_op and memcpy called from forward
+    from_no_role = ((LIB, 0x13004),)  # ... and from a call site without a role
+    steps = {((), LIB, 0x11000): 10, ((), LIB, 0x11004): 20, ((), LIB, 0x1100C): 30, ((), LIB, 0x11010): 40,
+             (from_forward, LIB, 0x12004): 500, (from_forward, LIB, 0x12008): 5, (from_forward, LIB, 0x13000): 7,
+             (from_no_role, LIB, 0x13000): 1, (from_forward, LIBC, 0x10): 3}
     cell = insn_count.aggregate("sme2_f32", 64, steps, LIB, decoded, chains, {"gemm_body"})
-    assert cell.total == 615 and cell.glue == 110
-    assert cell.phases == {"streaming kernels": 505, "forward": 20, "backward": 30, "Adam": 40,
-                           "other glue": 17, "libc/libm": 3}
-    assert cell.kinds == {"SME/SVE": 500, "Neon/FP": 67, "ld/st": 33, "scalar": 15}
+    assert cell.total == 616 and cell.glue == 111
+    assert cell.phases == {"forward": 535, "backward": 30, "Adam": 40, "other": 11}
+    assert cell.streaming == {"forward": 505}
+    assert cell.kinds == {"SME/SVE": 500, "Neon/FP": 68, "ld/st": 33, "scalar": 15}
     assert cell.functions["loss_and_grad > forward [forward]"] == 20
-    assert cell.functions["libc:memcpy [libc/libm]"] == 3
+    assert cell.functions["gemm_body [forward]"] == 505
+    assert cell.functions["libc:memcpy [forward]"] == 3
     table = insn_count.markdown_table([cell]).splitlines()
     assert table[0] == ("| backend | d | total | glue | streaming kernels | forward | backward | weight operands | "
-                        "Adam | other glue | libc/libm | SME/SVE | Neon/FP | ld/st | scalar |")
-    assert table[2] == "| sme2_f32 | 64 | 615 | 110 | 505 | 20 | 30 | - | 40 | 17 | 3 | 500 | 67 | 33 | 15 |"
+                        "Adam | other | SME/SVE | Neon/FP | ld/st | scalar |")
+    assert table[2] == "| sme2_f32 | 64 | 616 | 111 | 505 | 535 (505) | 30 | - | 40 | 11 | 500 | 68 | 33 | 15 |"
 
 
 def test_check_rejects_phases_that_do_not_add_up():
