@@ -462,6 +462,8 @@ def main() -> int:
             if library is None and (args.backends or backend in DEFAULT_BACKENDS):
                 sys.exit(f"a64_insn_count: {backend}: no library {BACKENDS[backend][1]}.*.so in "
                          f"{site / BACKENDS[backend][0]} (not built by this checkout)")
+        for backend in (b for b, lib in libraries.items() if lib is None):
+            progress(f"{backend}: not built by this checkout, left out")
         todo = [(b, lib, d) for b, lib in libraries.items() if lib is not None for d in d_models]
         try:
             for i, (backend, library, d) in enumerate(todo, 1):
