@@ -181,14 +181,15 @@ def locate(counts: Counter, maps: dict[str, Mapped]) -> Counter:
     return located
 
 
-def per_step(short: Counter, long: Counter, steps: tuple[int, int]) -> dict[tuple[str, int], float]:
-    """Executions per step: (long run - short run) / (S2 - S1), per instruction; set-up cancels out."""
+def per_step(short: Counter, long: Counter, steps: tuple[int, int]) -> dict[tuple, float]:
+    """Executions per step: (long run - short run) / (S2 - S1), per key (call sites, file, address): set-up
+    cancels out."""
     out = {}
     for key in short.keys() | long.keys():
         diff = long[key] - short[key]
         if diff < 0:
             raise CountError(f"{Path(key[-2]).name}+{key[-1]:#x} ran more often in the {steps[0]}-step run than in "
-                             f"the {steps[1]}-step run: the two runs did not load the code at the same addresses")
+                             f"the {steps[1]}-step run: the runs differ outside the steps (load addresses, set-up)")
         if diff:
             out[key] = diff / (steps[1] - steps[0])
     return out
@@ -242,6 +243,7 @@ class Cell:
     streaming: Counter = field(default_factory=Counter)
     kinds: Counter = field(default_factory=Counter)
     functions: Counter = field(default_factory=Counter)
+    nested: float = 0  # instructions whose own role differs from their callers' (none expected)
 
     @property
     def total(self) -> float:
@@ -279,7 +281,10 @@ def aggregate(backend: str, d_model: int, steps_counts: dict[tuple, float], libr
     for (calls, path, address), n in steps_counts.items():
         symbol, insn = decoded.get(path, {}).get(address, ("?", None))
         own = chain_at(path, address)
-        ph = role([f for site in calls for f in chain_at(*site)] + own) or OTHER
+        callers = role([f for site in calls for f in chain_at(*site)])
+        ph = callers or role(own) or OTHER
+        if callers and role(own) not in (None, callers):
+            cell.nested += n
         cell.phases[ph] += n
         if path == library and is_streaming(symbol, streaming):
             cell.streaming[ph] += n
@@ -413,7 +418,11 @@ def count_cell(lane: Lane, cpu: str, driver: Path, backend: str, library: Path, 
     decoded = {path: address_map(Path(path)) for path in {p for _, p, _ in counts}}
     sites = {site for calls, _, _ in counts for site in calls} | {(p, a) for _, p, a in counts}
     chains = inline_chains(library, {a for p, a in sites if p == lib})
-    return aggregate(backend, d_model, counts, lib, decoded, chains, streaming)
+    cell = aggregate(backend, d_model, counts, lib, decoded, chains, streaming)
+    if cell.nested:
+        progress(f"  note: {fmt(cell.nested)} instructions have a role (forward, backward, ...) other than their "
+                 "callers' and count in the callers' phase")
+    return cell
 
 
 def find_library(site: Path, backend: str) -> Path | None:

@@ -201,6 +201,9 @@ def test_aggregate_splits_each_step_by_phase_and_kind_and_renders_the_table():
     assert cell.functions["loss_and_grad > forward [forward]"] == 20
     assert cell.functions["gemm_body [forward]"] == 505
     assert cell.functions["libc:memcpy [forward]"] == 3
+    assert cell.nested == 0
+    nested = insn_count.aggregate("sme2_f32", 64, {(from_forward, LIB, 0x1100C): 2}, LIB, decoded, chains, set())
+    assert nested.phases == {"forward": 2} and nested.nested == 2  # backward's code called from forward
     table = insn_count.markdown_table([cell]).splitlines()
     assert table[0] == ("| backend | d | total | glue | streaming kernels | forward | backward | weight operands | "
                         "Adam | other | SME/SVE | Neon/FP | ld/st | scalar |")
