@@ -2,35 +2,53 @@
 
 Emulated wall time means nothing; executed instructions are a speed proxy we can measure on x86. For each
 backend and size, a small C driver (a64_insn_driver.c, no Python in the process) runs training steps on the
-library built through its setup.py (the aarch64 lane's build stage), and QEMU logs one line per executed
-instruction inside the library's, libc's and libm's text (`QEMU_LOG=exec,nochain QEMU_ONE_INSN_PER_TB=1
-QEMU_DFILTER=...`, piped from QEMU's stderr into awk, never stored). Two runs, with S1 and S2 steps, are subtracted per
-instruction address, so session set-up cancels out: what is left is exactly (S2 - S1) steps. Each address
-is then mapped to its function and instruction with llvm-objdump-19 and counted by
-- phase (by function): streaming kernels (SME: `__arm_streaming` functions, the locally-streaming entry
-  points, the SME ABI runtime), forward, backward, forward+backward (neon's fused `loss_grad`), weight
-  operand refresh, Adam, step glue (`emg_train_steps`, where sme2 inlines Adam), libc/libm (expf, memcpy,
-  ...), other;
-- kind: SME/SVE (streaming), Neon/FP (v/q/d/s/h registers), loads/stores (integer and FP/SIMD, not SVE),
-  scalar (integer, branches).
+library built through its setup.py (the aarch64 lane's build stage) under QEMU with
+`QEMU_LOG=in_asm,exec,nochain` and a `QEMU_DFILTER` over the shared objects' region:
+- `in_asm` lists each translated block's guest instructions once, when QEMU translates it;
+- `exec` with `nochain` logs one `Trace` line per executed block (no block jumps straight into the next);
+- a block runs from its first instruction to its last (it ends at every branch, and nothing in a training
+  step faults), so every instruction of a block executes once per `Trace` line.
+QEMU's log (its stderr, never stored) is piped into awk, which counts executions per block and call stack (the
+call sites still to return, from the blocks that end in `bl`/`blr` and `ret`); Python expands them to
+executions per instruction. Two runs, with S1 and S2 steps, are subtracted per instruction and call stack, so
+set-up cancels out: what is left is exactly (S2 - S1) steps. `--check` repeats every run with one instruction
+per block (`QEMU_ONE_INSN_PER_TB=1`, one `Trace` per instruction: the first method, ~5x slower) and requires
+identical counts.
+
+Each address is mapped to its function and instruction with llvm-objdump-19 and to its DWARF inline chain
+with llvm-symbolizer-19 (the lane builds with -g, which does not change clang's code). Phases (columns sum to
+the total): an instruction belongs to the outermost function with a role among its call sites, outermost
+first, and then its own inline chain: forward (`forward`, `seq_forward`), backward (`backward`,
+`seq_backward`), weight operands (`refresh_weight_operands`, `sync_transposed`: transposed copies re-synced
+after Adam), Adam (`adam`, `emg_adam_update`); none: other (step loop, batch packing, finiteness checks). So
+the GEMMs, helpers and libc/libm code that forward calls count as forward, even when inlined or shared.
+Streaming kernels (the part of each phase in parentheses; "glue" is the rest, libc/libm included) are the
+`__arm_streaming` functions of sme2_gemm.c, the `sme_gemm*` locally-streaming entry points and the SME ABI
+runtime (`__arm_*`). Kinds (also summing to the total): SME/SVE (streaming), Neon/FP (v/q/d/s/h/b register
+operands, scalar FP included), loads/stores (integer and FP/SIMD, not SVE), scalar (integer, branches).
+The script checks that phases, kinds and functions each add up to the total.
 
 Needs the aarch64 lane's cache (run `bash tools/a64lane/run.sh` once; $A64_LANE_DIR as for the lane).
-Usage (from the repository root):
-  python benchmarks/a64_insn_count.py                      # neon, sme2_f32, sme2_f16 at d64 and d128
-  python benchmarks/a64_insn_count.py --backends sme2_f32 --d-models 64 --functions
-Prints a Markdown table (the README's) and, with --functions, the per-function breakdown.
+Usage (from the repository root; prints progress on stderr and the README's Markdown table on stdout):
+  python benchmarks/a64_insn_count.py                      # every built backend at d64 and d128
+  python benchmarks/a64_insn_count.py --backends sme2_f32 --d-models 64 --functions --check
 """
 
 from __future__ import annotations
 
 import argparse
+import bisect
+import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
-from collections import Counter, defaultdict
-from dataclasses import dataclass
+import time
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -39,24 +57,57 @@ import a64_objcheck as objcheck  # noqa: E402
 
 APPLE_PROFILE = "max,sve=off,sme_fa64=off,sme512=on"
 SHARED_OBJECT_REGION = "0x7ff000000000+0x10000000000"  # QEMU user mode maps libraries just below 0x800000000000
-BACKENDS = {  # name -> (lane build dir, package dir, n_heads per d_model)
-    "neon": ("neon", "eemicrogpt_backend_neon"),
-    "sme2_f32": ("sme2_f32", "eemicrogpt_backend_sme2"),
-    "sme2_f16": ("sme2_f16", "eemicrogpt_backend_sme2_f16"),
+N_HEADS = 4
+# Backend name -> (package dir in the lane's site, library file stem); sme2_f16w exists on branches that build
+# the widening fp16 variant (same package as sme2_f16).
+BACKENDS = {
+    "neon": ("eemicrogpt_backend_neon", "_neon_kernels"),
+    "sme2_f32": ("eemicrogpt_backend_sme2", "_emg_sme2"),
+    "sme2_f16": ("eemicrogpt_backend_sme2_f16", "_emg_sme2_f16"),
+    "sme2_f16w": ("eemicrogpt_backend_sme2_f16", "_emg_sme2_f16w"),
 }
+DEFAULT_BACKENDS = ("neon", "sme2_f32", "sme2_f16")
+OTHER = "other"
+PHASES = ("forward", "backward", "weight operands", "Adam", OTHER)
 KINDS = ("SME/SVE", "Neon/FP", "ld/st", "scalar")
-PHASES = ("streaming kernels", "forward", "backward", "forward+backward", "weight operands", "Adam",
-          "step glue", "libc/libm", "other")
-_PHASE_BY_NAME = [
-    (re.compile(r"^__arm_|^sme_gemm"), "streaming kernels"),
-    (re.compile(r"^forward"), "forward"),
-    (re.compile(r"^backward"), "backward"),
-    (re.compile(r"^loss_grad"), "forward+backward"),
-    (re.compile(r"^refresh_weight_operands|^sync_transposed"), "weight operands"),
-    (re.compile(r"adam", re.I), "Adam"),
-    (re.compile(r"^emg_train_steps"), "step glue"),
+_STREAMING_SYMBOL = re.compile(r"^__arm_|^sme_gemm")
+_ROLE_OF_FUNCTION = [  # matched against call sites and inline chains, outermost first
+    (re.compile(r"^(?:seq_)?forward$"), "forward"),
+    (re.compile(r"^(?:seq_)?backward$"), "backward"),
+    (re.compile(r"^refresh_weight_operands$|^sync_transposed$"), "weight operands"),
+    (re.compile(r"^adam$|^emg_adam_update$"), "Adam"),
 ]
 _FP_SIMD_REG = re.compile(r"\b(?:v\d+|q\d+|d\d+|s\d+|h\d+|b\d+)\b")
+
+# QEMU's log -> "<executions>|<call sites>|<pc> <pc> ..." per translated block and call stack. A block's listing
+# (`IN:` and its instruction lines "0x<pc>:  <hex>  <mnemonic> ...") is logged when it is translated, right before
+# its first `Trace` line; `Trace 0: <host address of the block> [...]` is logged per execution. The call stack
+# (the PCs of the calls, `bl`/`blr`, still to return) is kept from each executed block's last instruction: it is
+# pushed after a block ending in a call and popped after one ending in `ret`. Other lines (the driver's errors)
+# go to stderr.
+TB_COUNTER_AWK = r"""
+/^Trace / {
+  if (listing != "") { block[$3] = ++n; pcs[n] = listing; ends[n] = end_kind; last[n] = last_pc; listing = "" }
+  b = block[$3]
+  runs[stack "|" b]++
+  if (ends[b] == "call") { saved[++depth] = stack; stack = stack " " last[b] }
+  else if (ends[b] == "ret" && depth > 0) stack = saved[depth--]
+  next
+}
+/^IN:/ { listing = ""; next }
+/^0x[0-9a-fA-F]+:/ {
+  last_pc = substr($1, 1, length($1) - 1); listing = listing " " last_pc
+  end_kind = $3 ~ /^blr?(aa|ab|aaz|abz)?$/ ? "call" : $3 ~ /^ret(aa|ab)?$/ ? "ret" : ""
+  next
+}
+/^-+$/ || /^$/ { next }
+{ print > "/dev/stderr" }
+END { for (k in runs) { split(k, part, "|"); print runs[k] "|" part[1] "|" pcs[part[2]] } }
+"""
+
+
+class CountError(RuntimeError):
+    """The log or the two runs do not give an exact per-step count."""
 
 
 @dataclass
@@ -77,7 +128,89 @@ class Lane:
         return lane
 
 
-def kind(insn: objcheck.Insn) -> str:
+# --- parsing the log and the driver's output ------------------------------------------------------------------
+
+def expand_blocks(awk_output: str) -> Counter:
+    """awk's lines -> executions per (call sites outermost first, guest instruction address)."""
+    counts: Counter = Counter()
+    for line in awk_output.splitlines():
+        runs, stack, pcs = line.split("|")
+        if not pcs.split():
+            raise CountError("a translated block ran without its in_asm listing (is QEMU's log complete?)")
+        calls = tuple(int(pc, 16) for pc in stack.split())
+        for pc in pcs.split():
+            counts[(calls, int(pc, 16))] += int(runs)
+    return counts
+
+
+@dataclass
+class Mapped:
+    base: int = 0
+    text: list[tuple[int, int]] = field(default_factory=list)
+
+
+def mappings(stdout: str) -> dict[str, Mapped]:
+    """The driver's `base <file> <addr>` / `text <file> <lo> <hi>` lines (its /proc/self/maps)."""
+    out: dict[str, Mapped] = {}
+    for line in stdout.splitlines():
+        parts = line.split()
+        if parts[:1] == ["base"]:
+            out.setdefault(parts[1], Mapped()).base = int(parts[2], 16)
+        elif parts[:1] == ["text"]:
+            out.setdefault(parts[1], Mapped()).text.append((int(parts[2], 16), int(parts[3], 16)))
+    return out
+
+
+def locate(counts: Counter, maps: dict[str, Mapped]) -> Counter:
+    """Run-time PCs -> (file, ELF virtual address), for instructions and call sites: keys become
+    (call sites, file, address). PCs outside the mapped files (ld.so, the driver) are dropped."""
+    ranges = sorted((lo, hi, path) for path, m in maps.items() for lo, hi in m.text)
+    starts = [lo for lo, _, _ in ranges]
+
+    def where(pc: int) -> tuple[str, int] | None:
+        i = bisect.bisect_right(starts, pc) - 1
+        if i >= 0 and pc < ranges[i][1]:
+            path = ranges[i][2]
+            return path, pc - maps[path].base
+        return None
+
+    located: Counter = Counter()
+    for (calls, pc), n in counts.items():
+        if (at := where(pc)) is not None:
+            located[(tuple(c for c in map(where, calls) if c is not None), *at)] += n
+    return located
+
+
+def per_step(short: Counter, long: Counter, steps: tuple[int, int]) -> dict[tuple, float]:
+    """Executions per step: (long run - short run) / (S2 - S1), per key (call sites, file, address): set-up
+    cancels out."""
+    out = {}
+    for key in short.keys() | long.keys():
+        diff = long[key] - short[key]
+        if diff < 0:
+            raise CountError(f"{Path(key[-2]).name}+{key[-1]:#x} ran more often in the {steps[0]}-step run than in "
+                             f"the {steps[1]}-step run: the runs differ outside the steps (load addresses, set-up)")
+        if diff:
+            out[key] = diff / (steps[1] - steps[0])
+    return out
+
+
+def parse_inline_chains(symbolizer_json: str) -> dict[int, list[str]]:
+    """`llvm-symbolizer --inlines --output-style=JSON` lines -> address: function names, outermost first."""
+    chains = {}
+    for line in symbolizer_json.splitlines():
+        if line.strip():
+            entry = json.loads(line)
+            names = [frame["FunctionName"] for frame in entry.get("Symbol", []) if frame.get("FunctionName")]
+            chains[int(entry["Address"], 16)] = names[::-1]
+    return chains
+
+
+# --- classification ---------------------------------------------------------------------------------------
+
+def kind(insn: objcheck.Insn | None) -> str:
+    if insn is None:
+        return "scalar"
     if objcheck.is_sve_or_sme(insn):
         return "SME/SVE"
     if insn.mnemonic.startswith(("ld", "st", "prfm")):
@@ -87,13 +220,121 @@ def kind(insn: objcheck.Insn) -> str:
     return "scalar"
 
 
-def phase(function: str, streaming: set[str]) -> str:
-    if function in streaming:
-        return "streaming kernels"
-    for pattern, name in _PHASE_BY_NAME:
-        if pattern.search(function):
-            return name
-    return "other"
+def is_streaming(symbol: str, streaming: set[str]) -> bool:
+    return symbol in streaming or bool(_STREAMING_SYMBOL.search(symbol))
+
+
+def role(chain: list[str]) -> str | None:
+    """The phase named by the outermost function of an inline chain that has one (forward, backward, ...)."""
+    for function in chain:
+        for pattern, name in _ROLE_OF_FUNCTION:
+            if pattern.search(function):
+                return name
+    return None
+
+
+@dataclass
+class Cell:
+    """One backend at one size, per step: instructions by phase (and the streaming kernels' part of each
+    phase), by kind, and by function."""
+    backend: str
+    d_model: int
+    phases: Counter = field(default_factory=Counter)
+    streaming: Counter = field(default_factory=Counter)
+    kinds: Counter = field(default_factory=Counter)
+    functions: Counter = field(default_factory=Counter)
+    nested: float = 0  # instructions whose own role differs from their callers' (none expected)
+
+    @property
+    def total(self) -> float:
+        return sum(self.kinds.values())
+
+    @property
+    def glue(self) -> float:
+        return self.total - sum(self.streaming.values())
+
+    def check(self) -> None:
+        """Phases, kinds and functions are partitions of the same instructions: all sum to the total."""
+        for what, parts in (("phases", self.phases), ("functions", self.functions)):
+            if abs(sum(parts.values()) - self.total) > 1e-6 * max(self.total, 1):
+                raise CountError(f"{self.backend} d{self.d_model}: {what} sum to {sum(parts.values())}, "
+                                 f"kinds to {self.total}")
+        if any(self.streaming[p] > self.phases[p] for p in self.streaming):
+            raise CountError(f"{self.backend} d{self.d_model}: a phase has more streaming than all instructions")
+        if set(self.phases) - set(PHASES) or set(self.kinds) - set(KINDS):
+            raise CountError(f"{self.backend} d{self.d_model}: unknown phase or kind")
+
+
+def aggregate(backend: str, d_model: int, steps_counts: dict[tuple, float], library: str,
+              decoded: dict[str, dict[int, tuple[str, objcheck.Insn]]], chains: dict[int, list[str]],
+              streaming: set[str]) -> Cell:
+    """Each instruction's phase is the outermost role among its call sites in the library (outermost first)
+    and then its own inline chain; none: "other" (step loop, batch packing, checks). So the GEMMs, helpers and
+    libc/libm code that forward calls count as forward; streaming is decided by the instruction's function."""
+    cell = Cell(backend, d_model)
+
+    def chain_at(path: str, address: int) -> list[str]:
+        if path != library:
+            return []
+        return chains.get(address) or [decoded.get(path, {}).get(address, ("?", None))[0]]
+
+    for (calls, path, address), n in steps_counts.items():
+        symbol, insn = decoded.get(path, {}).get(address, ("?", None))
+        own = chain_at(path, address)
+        callers = role([f for site in calls for f in chain_at(*site)])
+        ph = callers or role(own) or OTHER
+        if callers and role(own) not in (None, callers):
+            cell.nested += n
+        cell.phases[ph] += n
+        if path == library and is_streaming(symbol, streaming):
+            cell.streaming[ph] += n
+        cell.kinds[kind(insn)] += n
+        if path != library:
+            where = f"{Path(path).name.split('.')[0]}:{symbol}"
+        else:  # PLT stubs have no DWARF (the symbolizer names the nearest function): keep objdump's name
+            where = " > ".join(own[:2]) if own[:1] == [symbol] else symbol
+        cell.functions[f"{where} [{ph}]"] += n
+    cell.check()
+    return cell
+
+
+# --- the table --------------------------------------------------------------------------------------------
+
+def fmt(n: float) -> str:
+    if not n:
+        return "-"
+    if n >= 1e5:
+        return f"{n / 1e6:.2f}M"
+    return f"{n / 1e3:.1f}k" if n >= 1e3 else f"{n:.0f}"
+
+
+def markdown_table(cells: Iterable[Cell]) -> str:
+    """Phase cells read "all (streaming kernels)": a phase's instructions including the GEMMs it calls."""
+    columns = ["total", "glue", "streaming kernels", *PHASES, *KINDS]
+    lines = ["| backend | d | " + " | ".join(columns) + " |", "|" + " --- |" * (2 + len(columns))]
+    for c in cells:
+        values = [fmt(c.total), fmt(c.glue), fmt(sum(c.streaming.values()))]
+        values += [fmt(c.phases[p]) + (f" ({fmt(c.streaming[p])})" if c.streaming[p] else "") for p in PHASES]
+        values += [fmt(c.kinds[k]) for k in KINDS]
+        lines.append(f"| {c.backend} | {c.d_model} | " + " | ".join(values) + " |")
+    return "\n".join(lines)
+
+
+def commit_label() -> str:
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(REPO), *args], capture_output=True, text=True).stdout.strip()
+    head = git("rev-parse", "--short=10", "HEAD") or "unknown commit"
+    dirty = git("status", "--porcelain", "--untracked-files=no", "--", "backends", "benchmarks")
+    return head + (" + uncommitted changes" if dirty else "")
+
+
+# --- running ----------------------------------------------------------------------------------------------
+
+def tool(*names: str) -> str:
+    for name in names:
+        if path := shutil.which(name):
+            return path
+    sys.exit(f"a64_insn_count: {names[0]} not found (apt install llvm-19)")
 
 
 def build_libraries(lane: Lane, out: Path) -> None:
@@ -110,132 +351,146 @@ def build_driver(out: Path) -> Path:
     return driver
 
 
-def run_driver(lane: Lane, cpu: str, argv: list[str], dfilter: str, log_dir: Path) -> tuple[str, Counter]:
-    """Run the driver under QEMU (host ASLR off, so addresses repeat between runs); count logged PCs.
-
-    QEMU writes its log to stderr (no QEMU_LOG_FILENAME), piped straight into awk: nothing is stored."""
-    env = {**os.environ, "QEMU_CPU": cpu, "QEMU_LD_PREFIX": str(lane.sysroot), "QEMU_LOG": "exec,nochain",
-           "QEMU_ONE_INSN_PER_TB": "1", "QEMU_DFILTER": dfilter}
-    env.pop("QEMU_LOG_FILENAME", None)
-    # One line per executed instruction: "Trace 0: 0x<host> [<flags>/<guest pc>/...] <symbol>".
-    program = '/^Trace/ {c[$2]++; next} {print > "/dev/stderr"} END {for (k in c) print k, c[k]}'
-    with tempfile.TemporaryFile("w+", dir=log_dir) as out:
+def run_driver(lane: Lane, cpu: str, argv: list[str], one_insn_per_tb: bool) -> tuple[str, Counter]:
+    """Run the driver under QEMU (host ASLR off, so addresses repeat between runs): executions per PC."""
+    env = {**os.environ, "QEMU_CPU": cpu, "QEMU_LD_PREFIX": str(lane.sysroot), "QEMU_LOG": "in_asm,exec,nochain",
+           "QEMU_DFILTER": SHARED_OBJECT_REGION}
+    env.pop("QEMU_LOG_FILENAME", None)  # the log goes to stderr, piped into awk
+    env.pop("QEMU_ONE_INSN_PER_TB", None)
+    if one_insn_per_tb:
+        env["QEMU_ONE_INSN_PER_TB"] = "1"
+    with tempfile.TemporaryFile("w+") as out:
         qemu = subprocess.Popen(["setarch", "-R", str(lane.qemu), *argv], env=env, stdout=out,
                                 stderr=subprocess.PIPE)
-        awk = subprocess.run(["awk", "-F/", program], stdin=qemu.stderr, capture_output=True, text=True)
+        awk = subprocess.run(["awk", TB_COUNTER_AWK], stdin=qemu.stderr, capture_output=True, text=True)
         qemu.stderr.close()
         status = qemu.wait()
         out.seek(0)
         stdout = out.read()
     if status or awk.returncode:
         sys.exit(f"a64_insn_count: driver failed ({status}): {awk.stderr.strip()[-2000:]}")
-    counts: Counter = Counter()
-    for line in awk.stdout.splitlines():
-        pc, n = line.split()
-        counts[int(pc, 16)] += int(n)
-    return stdout, counts
+    return stdout, expand_blocks(awk.stdout)
 
 
-@dataclass
-class Mapped:
-    base: int
-    text: list[tuple[int, int]]
-
-
-def mappings(stdout: str) -> dict[str, Mapped]:
-    out: dict[str, Mapped] = {}
-    for line in stdout.splitlines():
-        parts = line.split()
-        if parts[:1] == ["base"]:
-            out.setdefault(parts[1], Mapped(0, [])).base = int(parts[2], 16)
-        elif parts[:1] == ["text"]:
-            out.setdefault(parts[1], Mapped(0, [])).text.append((int(parts[2], 16), int(parts[3], 16)))
-    return out
+def inline_chains(library: Path, addresses: Iterable[int]) -> dict[int, list[str]]:
+    symbolizer = tool("llvm-symbolizer-19", "llvm-symbolizer")
+    query = "".join(f"{a:#x}\n" for a in sorted(addresses))
+    out = subprocess.run([symbolizer, f"--obj={library}", "--inlines", "--output-style=JSON"], input=query,
+                         check=True, capture_output=True, text=True).stdout
+    return parse_inline_chains(out)
 
 
 def address_map(path: Path) -> dict[int, tuple[str, objcheck.Insn]]:
-    """ELF virtual address -> (function, instruction) for every instruction llvm-objdump decodes."""
-    objdump = objcheck.find_objdump()
-    if objdump is None:
-        sys.exit("a64_insn_count: llvm-objdump-19 not found (apt install llvm-19)")
+    """ELF virtual address -> (function symbol, instruction) for every instruction llvm-objdump decodes."""
+    objdump = objcheck.find_objdump() or tool("llvm-objdump-19")
     return {insn.address: (name, insn) for name, insns in objcheck.disassemble(path, objdump).items()
             for insn in insns}
 
 
-def count(lane: Lane, cpu: str, driver: Path, library: Path, d_model: int, n_heads: int, batch: int,
-          steps: tuple[int, int], work: Path, streaming: set[str]) -> tuple[float, dict, Counter]:
-    argv = [str(driver), str(library), str(d_model), str(n_heads), str(batch)]
+def progress(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def count_cell(lane: Lane, cpu: str, driver: Path, backend: str, library: Path, d_model: int, batch: int,
+               steps: tuple[int, int], streaming: set[str], check: bool) -> Cell:
+    argv = [str(driver), str(library), str(d_model), str(N_HEADS), str(batch)]
     # One fixed filter over the whole region where the loader maps shared objects: a filter built from the
     # reported mappings would itself move libc and libm (QEMU's set-up depends on it). Counts are keyed by
-    # (file, ELF address) with each run's own load bases; PCs outside the three files (ld.so) are dropped.
-    runs = []
-    for n in steps:
-        out, counts = run_driver(lane, cpu, [*argv, str(n)], SHARED_OBJECT_REGION, work)
-        maps = mappings(out)
-        located: Counter = Counter()
-        for pc, c in counts.items():
-            path = next((p for p, m in maps.items() if any(lo <= pc < hi for lo, hi in m.text)), None)
-            if path is not None:
-                located[(path, pc - maps[path].base)] += c
-        runs.append(located)
-    per_step = {key: (runs[1][key] - runs[0].get(key, 0)) / (steps[1] - steps[0]) for key in runs[1]}
-    table: dict[tuple[str, str], float] = defaultdict(float)
-    functions: Counter = Counter()
-    decoded = {path: address_map(Path(path)) for path in maps}
-    for (path, address), n in per_step.items():
-        if not n:
-            continue
-        function, insn = decoded[path].get(address, ("?", None))
-        is_lib = Path(path).resolve() == library.resolve()
-        ph = phase(function, streaming) if is_lib else "libc/libm"
-        table[(ph, kind(insn) if insn else "scalar")] += n
-        functions[f"{Path(path).name.split('.')[0]}:{function}"] += n
-    return sum(per_step.values()), table, functions
+    # (file, ELF address) with each run's own load bases.
+    located = {}
+    for per_insn in (False, True) if check else (False,):
+        runs = []
+        for n in steps:
+            started = time.monotonic()
+            stdout, counts = run_driver(lane, cpu, [*argv, str(n)], per_insn)
+            runs.append(locate(counts, mappings(stdout)))
+            progress(f"  {backend} d{d_model}, {n} step(s){' one insn per block' if per_insn else ''}: "
+                     f"{sum(runs[-1].values()) / 1e6:.2f}M instructions in the filtered files, "
+                     f"{time.monotonic() - started:.0f} s")
+        located[per_insn] = per_step(*runs, steps)
+    if check and located[False] != located[True]:
+        differ = sorted(k for k in located[False].keys() | located[True].keys()
+                        if located[False].get(k) != located[True].get(k))
+        raise CountError(f"{backend} d{d_model}: per-block and per-instruction counts differ at {len(differ)} "
+                         f"addresses, first {Path(differ[0][0]).name}+{differ[0][1]:#x}")
+    counts = located[False]
+    lib = str(library.resolve())
+    decoded = {path: address_map(Path(path)) for path in {p for _, p, _ in counts}}
+    sites = {site for calls, _, _ in counts for site in calls} | {(p, a) for _, p, a in counts}
+    chains = inline_chains(library, {a for p, a in sites if p == lib})
+    cell = aggregate(backend, d_model, counts, lib, decoded, chains, streaming)
+    if cell.nested:
+        progress(f"  note: {fmt(cell.nested)} instructions have a role (forward, backward, ...) other than their "
+                 "callers' and count in the callers' phase")
+    return cell
 
 
-def fmt(n: float) -> str:
-    return f"{n / 1e6:.2f}M" if n >= 1e5 else f"{n / 1e3:.0f}k"
+def find_library(site: Path, backend: str) -> Path | None:
+    package, stem = BACKENDS[backend]
+    found = sorted((site / package).glob(f"{stem}.*.so"))
+    return found[0] if found else None
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--backends", default="neon,sme2_f32,sme2_f16")
+    parser.add_argument("--backends", help=f"comma-separated, of {', '.join(BACKENDS)} (default: "
+                        f"{', '.join(DEFAULT_BACKENDS)} and any other that this checkout builds)")
     parser.add_argument("--d-models", default="64,128")
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--cpu", default=APPLE_PROFILE, help=f"QEMU_CPU (default Apple M4/M5: {APPLE_PROFILE})")
-    parser.add_argument("--steps", default="1,3", help="the two step counts subtracted (S1,S2)")
+    parser.add_argument("--steps", default="1,2", help="the two step counts subtracted (S1,S2; default 1,2)")
     parser.add_argument("--functions", action="store_true", help="also print the per-function breakdown")
+    parser.add_argument("--check", action="store_true",
+                        help="also count one instruction per block (~5x slower) and require identical counts")
     parser.add_argument("--site", type=Path, help="use libraries already built there (a lane site dir)")
     args = parser.parse_args()
+    try:
+        steps = tuple(int(s) for s in args.steps.split(","))
+        d_models = [int(d) for d in args.d_models.split(",")]
+    except ValueError:
+        parser.error("--steps and --d-models take comma-separated integers")
+    if len(steps) != 2 or not 0 <= steps[0] < steps[1]:
+        parser.error("--steps takes two step counts S1 < S2")
+    wanted = args.backends.split(",") if args.backends else list(BACKENDS)
+    if unknown := [b for b in wanted if b not in BACKENDS]:
+        parser.error(f"unknown backend(s) {', '.join(unknown)}; known: {', '.join(BACKENDS)}")
     lane = Lane.find()
-    steps = tuple(int(s) for s in args.steps.split(","))
     streaming = objcheck.streaming_functions(REPO / "backends/sme2_common/sme2_gemm.c")
-    rows = []
+    label = commit_label()
+    started = time.monotonic()
+    cells = []
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         site = args.site or work / "site"
         if args.site is None:
+            progress("building the libraries through their setup.py (the lane's build stage) ...")
             build_libraries(lane, site)
         driver = build_driver(work)
-        for name in args.backends.split(","):
-            _, package = BACKENDS[name]
-            (library,) = (site / package).glob("*.so")
-            for d in map(int, args.d_models.split(",")):
-                total, table, functions = count(lane, args.cpu, driver, library, d, 4, args.batch, steps, work,
-                                                streaming)
-                rows.append((name, d, total, table))
-                if args.functions:
-                    print(f"\n{name} d{d}: per function, per step")
-                    for function, n in functions.most_common(25):
-                        print(f"  {fmt(n):>8}  {function}")
-    print(f"\nInstructions per training step (batch {args.batch}, 4 heads, QEMU_CPU={args.cpu}):\n")
-    print("| backend | d | total | " + " | ".join(PHASES) + " | " + " | ".join(KINDS) + " |")
-    print("|" + " --- |" * (3 + len(PHASES) + len(KINDS)))
-    for name, d, total, table in rows:
-        by_phase = [sum(v for (p, _), v in table.items() if p == ph) for ph in PHASES]
-        by_kind = [sum(v for (_, k), v in table.items() if k == kd) for kd in KINDS]
-        cells = [fmt(v) if v else "-" for v in (*by_phase, *by_kind)]
-        print(f"| {name} | {d} | {fmt(total)} | " + " | ".join(cells) + " |")
+        libraries = {b: find_library(site, b) for b in wanted}
+        for backend, library in libraries.items():
+            if library is None and (args.backends or backend in DEFAULT_BACKENDS):
+                sys.exit(f"a64_insn_count: {backend}: no library {BACKENDS[backend][1]}.*.so in "
+                         f"{site / BACKENDS[backend][0]} (not built by this checkout)")
+        for backend in (b for b, lib in libraries.items() if lib is None):
+            progress(f"{backend}: not built by this checkout, left out")
+        todo = [(b, lib, d) for b, lib in libraries.items() if lib is not None for d in d_models]
+        try:
+            for i, (backend, library, d) in enumerate(todo, 1):
+                progress(f"[{i}/{len(todo)}] {backend} d{d} ({time.monotonic() - started:.0f} s so far)")
+                cells.append(count_cell(lane, args.cpu, driver, backend, library, d, args.batch, steps, streaming,
+                                        args.check))
+        except CountError as e:
+            sys.exit(f"a64_insn_count: {e}")
+    if args.functions:
+        for cell in cells:
+            print(f"\n{cell.backend} d{cell.d_model}: per function (symbol > outermost inlined) [phase], per step")
+            for function, n in cell.functions.most_common(30):
+                print(f"  {fmt(n):>8}  {function}")
+    print(f"\nInstructions per training step (batch {args.batch}, {N_HEADS} heads, QEMU_CPU={args.cpu}, "
+          f"commit {label}; steps {steps[1]} - {steps[0]}{', cross-checked per instruction' if args.check else ''}):"
+          "\n")
+    print(markdown_table(cells))
+    progress(f"whole table: {time.monotonic() - started:.0f} s")
     return 0
 
 

@@ -81,9 +81,14 @@ def disassemble(path: Path, objdump: str) -> dict[str, list[Insn]]:
         [objdump, "-d", "--no-show-raw-insn", f"--mattr={MATTR}", str(path)],
         check=True, capture_output=True, text=True,
     ).stdout
+    return parse_disassembly(out)
+
+
+def parse_disassembly(text: str) -> dict[str, list[Insn]]:
+    """`llvm-objdump -d --no-show-raw-insn` output -> instructions per function symbol."""
     functions: dict[str, list[Insn]] = {}
     current: list[Insn] | None = None
-    for line in out.splitlines():
+    for line in text.splitlines():
         if match := _FUNCTION.match(line):
             current = functions.setdefault(match.group(2), [])
         elif current is not None and (match := _INSN.match(line)):
