@@ -89,15 +89,19 @@ static void session_free(emg_session *s) {
 
 /* ---- layout helpers -------------------------------------------------------------------------- */
 
-/* Transpose one 4x4 block in registers (source rows ls apart): two TRN rounds, 32-bit then 64-bit,
- * instead of 16 strided scalar moves. */
-static inline float32x4x4_t transpose4x4(const float *src, long ls) {
-    const float32x4x2_t ab = vtrnq_f32(vld1q_f32(src), vld1q_f32(src + ls));
-    const float32x4x2_t ce = vtrnq_f32(vld1q_f32(src + 2 * ls), vld1q_f32(src + 3 * ls));
+/* Transpose a 4x4 block held in four row registers: two TRN rounds, 32-bit then 64-bit, instead of 16
+ * strided scalar moves. */
+static inline float32x4x4_t transpose4x4_regs(float32x4_t r0, float32x4_t r1, float32x4_t r2, float32x4_t r3) {
+    const float32x4x2_t ab = vtrnq_f32(r0, r1), ce = vtrnq_f32(r2, r3);
     const float64x2_t ab0 = vreinterpretq_f64_f32(ab.val[0]), ab1 = vreinterpretq_f64_f32(ab.val[1]);
     const float64x2_t ce0 = vreinterpretq_f64_f32(ce.val[0]), ce1 = vreinterpretq_f64_f32(ce.val[1]);
     return (float32x4x4_t){{vreinterpretq_f32_f64(vtrn1q_f64(ab0, ce0)), vreinterpretq_f32_f64(vtrn1q_f64(ab1, ce1)),
                             vreinterpretq_f32_f64(vtrn2q_f64(ab0, ce0)), vreinterpretq_f32_f64(vtrn2q_f64(ab1, ce1))}};
+}
+
+/* The same for a block in memory, source rows ls apart. */
+static inline float32x4x4_t transpose4x4(const float *src, long ls) {
+    return transpose4x4_regs(vld1q_f32(src), vld1q_f32(src + ls), vld1q_f32(src + 2 * ls), vld1q_f32(src + 3 * ls));
 }
 
 /* dst[c][r] = src[r][c] for a [rows][cols] source, as fp32 (half = 0) or fp16 (half = 1): Neon 4x4
@@ -281,6 +285,45 @@ static void softmax_causal_columns(float *restrict pt, const float *restrict st,
     }
 }
 
+/* The causal softmax backward of one S x S block, in Neon across four columns t at a time, the layout the
+ * forward left P^T in (u-major, t contiguous):
+ *   c[t] = sum_{u <= t} P^T[u][t] dP^T[u][t]           (over u in order, one lane per t: a fixed order)
+ *   dS^T[u][t] = P^T[u][t] (dP^T[u][t] - c[t]) scale    (u <= t; exactly 0 above the diagonal)
+ * dS^T overwrites dP^T (the operand of dQ, contracting over u). The operands of dK and dV contract over t,
+ * so they are t-major: each 4x4 block of dS^T and of P^T leaves the registers it was computed or loaded in
+ * a second time, transposed by TRN (seed #19), as dS[t][u] and P[t][u]. No pass re-reads a block.
+ * Rows and columns run to len rounded up to 4 (<= S); P^T is 0 for u > t, so lanes with u > t add exact
+ * zeros to c. Lanes of columns or rows >= len compute on stale, finite values and are never read. */
+static void softmax_backward_columns(float *restrict dst, float *restrict ds, float *restrict p,
+                                     const float *restrict pt, int len, float scale) {
+    const float32x4_t zero = vdupq_n_f32(0.0f);
+    const uint32x4_t lane = {0, 1, 2, 3};
+    const int len4 = (len + 3) & ~3;
+    for (int t0 = 0; t0 < len; t0 += 4) {
+        const uint32x4_t tv = vaddq_u32(lane, vdupq_n_u32((uint32_t)t0));
+        const int live = t0 + 4 < len ? t0 + 4 : len; /* rows u < live have a lane with u <= t */
+        float32x4_t c = zero;
+        for (int u = 0; u < live; u++) c = vfmaq_f32(c, vld1q_f32(pt + u * S + t0), vld1q_f32(dst + u * S + t0));
+        for (int u0 = 0; u0 < len4; u0 += 4) {
+            float32x4_t pr[4], dr[4];
+            for (int i = 0; i < 4; i++) {
+                const int u = u0 + i;
+                const uint32x4_t ok = vcleq_u32(vdupq_n_u32((uint32_t)u), tv);
+                pr[i] = vld1q_f32(pt + u * S + t0);
+                const float32x4_t v = vmulq_n_f32(vmulq_f32(pr[i], vsubq_f32(vld1q_f32(dst + u * S + t0), c)), scale);
+                dr[i] = vbslq_f32(ok, v, zero);
+                vst1q_f32(dst + u * S + t0, dr[i]);
+            }
+            const float32x4x4_t dsb = transpose4x4_regs(dr[0], dr[1], dr[2], dr[3]);
+            const float32x4x4_t pb = transpose4x4_regs(pr[0], pr[1], pr[2], pr[3]);
+            for (int i = 0; i < 4; i++) {
+                vst1q_f32(ds + (t0 + i) * S + u0, dsb.val[i]);
+                vst1q_f32(p + (t0 + i) * S + u0, pb.val[i]);
+            }
+        }
+    }
+}
+
 /* Attention as ZA-tile GEMMs, every (sequence, head) pair in one streaming session per product:
  *   S^T[u][t] = scale * sum_j K[u][j] Q[t][j]      (A = K^T, B = Q^T: both feature-major, from the QKV GEMM)
  *   P^T = causal softmax over u of each column t    (C, outside streaming mode)
@@ -319,10 +362,12 @@ static void attention_forward(emg_session *s, int batch) {
     sme_gemm_many(s->att_gemms, g); /* att^T for the O projection, att (vertical readout) for dWo */
 }
 
-/* Attention backward as ZA-tile GEMMs, per (sequence, head), with the softmax backward in C between:
+/* Attention backward as ZA-tile GEMMs, per (sequence, head), with the softmax backward in Neon between:
  *   dP^T[u][t] = sum_j V[u][j] datt[t][j]                  (A = V^T, B = datt^T)
- *   dS^T = P^T * (dP^T - colsum(P^T * dP^T)) * scale        (C, in the layout the forward left P^T in)
+ *   dS^T = P^T * (dP^T - colsum(P^T * dP^T)) * scale        (Neon, softmax_backward_columns; also dS, P)
  *   dQ[t][j] = sum_u dS^T[u][t] K[u][j]   dK[u][j] = sum_t dS[t][u] Q[t][j]   dV[u][j] = sum_t P[t][u] datt[t][j]
+ * Every operand arrives in the layout its product contracts over, with no re-layout pass: V^T, datt^T and
+ * Q|K position-major from vertical ZA readouts, dS^T, dS and P from the softmax backward's registers.
  * The last three write straight into their column ranges of dqkv (position-major), in one session. */
 static void attention_backward(emg_session *s, int batch) {
     const int n = s->n_rows, d = s->d, hd = s->hd, heads = s->h, w = 3 * s->d;
@@ -344,20 +389,9 @@ static void attention_backward(emg_session *s, int batch) {
 
     for (int b = 0, g2 = 0; b < batch; b++)
         for (int hh = 0; hh < heads; hh++, g2++) {
-            const int len = s->seq_len[b];
-            const float *pt = s->pt + (long)g2 * S * S;
-            float *dst = s->scores + (long)g2 * S * S; /* dP^T in, dS^T out */
-            float *p = s->p_blk + (long)g2 * S * S, *ds = s->ds_blk + (long)g2 * S * S;
-            for (int t = 0; t < len; t++) {
-                float c = 0.0f;
-                for (int u = 0; u <= t; u++) c += pt[u * S + t] * dst[u * S + t];
-                for (int u = 0; u < len; u++) {
-                    const float v = u <= t ? pt[u * S + t] * (dst[u * S + t] - c) * scale : 0.0f;
-                    dst[u * S + t] = v;
-                    ds[t * S + u] = v;
-                    p[t * S + u] = pt[u * S + t];
-                }
-            }
+            const long blk = (long)g2 * S * S; /* scores: dP^T in, dS^T out */
+            softmax_backward_columns(s->scores + blk, s->ds_blk + blk, s->p_blk + blk, s->pt + blk, s->seq_len[b],
+                                     scale);
         }
     const long blocks = (long)g * S * S;
     const op_t *ds_t = as_op(s, OP_DST, s->scores, blocks), *ds = as_op(s, OP_DS, s->ds_blk, blocks);
