@@ -1,7 +1,9 @@
 """Interleaved A/B timing of native libraries (e.g. a baseline build against a changed one) in one process.
 
 On a shared machine two separate bench runs see different load; here every library runs the same batches
-from the same initial parameters in alternating rounds, so load hits all of them alike. Prints, per cell
+from the same initial parameters in alternating rounds, so load hits all of them alike, and by default the
+clock is the process's CPU time (`--clock cpu`: time slices lost to other processes are not counted; the
+wall clock, `--clock wall`, is what `eemicrogpt bench` reports and suits a quiet machine). Prints, per cell
 (d_model, batch), each library's median us/step, us/sample and % of an FP32 peak (when given), and the median
 of the per-round ratios against the first library.
 
@@ -28,7 +30,7 @@ from eemicrogpt_core.optim import lr_schedule
 
 
 def run_cell(libs: list[str], d: int, batch: int, data: Dataset, rounds: int, target_s: float,
-             threads: int) -> list[tuple[list[float], float]]:
+             threads: int, clock) -> list[tuple[list[float], float]]:
     """Per library: its us/step per round, and the mean analytic FLOPs per step."""
     shape = ModelShape(d, heads_for(d))
     sessions = [NativeSession(lib, shape, batch) for lib in libs]
@@ -52,9 +54,9 @@ def run_cell(libs: list[str], d: int, batch: int, data: Dataset, rounds: int, ta
         flops.append(float(step_flops(shape, lengths).mean()))
         order = range(len(libs)) if r % 2 == 0 else reversed(range(len(libs)))
         for i in order:
-            t0 = time.perf_counter()
+            t0 = clock()
             sessions[i].train_steps(tokens, lengths, lrs)
-            times[i].append(1e6 * (time.perf_counter() - t0) / k)
+            times[i].append(1e6 * (clock() - t0) / k)
     for s in sessions:
         s.close()
     return [(t, statistics.mean(flops)) for t in times]
@@ -68,15 +70,17 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--target-s", type=float, default=0.05, help="seconds per library per round")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--clock", choices=("cpu", "wall"), default="cpu")
     parser.add_argument("--peak", type=float, default=None, help="FP32 GFLOP/s for the %% of peak column")
     parser.add_argument("--names", default=os.environ.get("EEMICROGPT_DATA", "../shared/data/names.txt"))
     args = parser.parse_args()
     data = encode(read_names(args.names).names)[0]
-    print(f"load average before: {os.getloadavg()[0]:.2f}")
+    print(f"clock: {args.clock}; load average before: {os.getloadavg()[0]:.2f}")
     print("d_model batch | " + " | ".join(f"{Path(lib).parent.name}/{Path(lib).stem}" for lib in args.libs))
     for d in args.sizes:
         for batch in args.batches:
-            results = run_cell(args.libs, d, batch, data, args.rounds, args.target_s, args.threads)
+            clock = time.process_time if args.clock == "cpu" else time.perf_counter
+            results = run_cell(args.libs, d, batch, data, args.rounds, args.target_s, args.threads, clock)
             base = results[0][0]
             cells = []
             for times, flops in results:

@@ -15,9 +15,31 @@
 #define ATT_ROW 16 /* lanes of one attention row: MAX_SEQ */
 #define ATT_ALIGN __attribute__((aligned(64)))
 
+/* Sequences of at most SHORT_SEQ live rows (most names) only need the 8 x 8 corner of each 16 x 16 block:
+ * their transposes go through v_transpose_lo8. */
+#define SHORT_SEQ 8
+
+/* Zero lanes VW..ATT_ROW-1 of a lane row whose first VW lanes were stored from v_transpose_lo8 (nothing to
+ * do when VW = 16: its lanes 8-15 are zero already). */
+AI void zero_upper_lanes(float *row) {
+    for (int c = VW; c < ATT_ROW; c += VW) v_store(row + c, v_zero());
+}
+
 /* dst[j][t] = src[t * ld + j] for t < L (lanes t >= L zero), j < n (a multiple of VW): VW x VW blocks
  * transposed in registers (measured ~5% of the whole step faster than a scalar loop at d16-d64). */
 AI void to_lanes(const int n, const float *src, int ld, int L, float *dst) {
+    if (L <= SHORT_SEQ) {
+        for (int j0 = 0; j0 < n; j0 += 8) {
+            vf r[8];
+            for (int i = 0; i < 8; i++) r[i] = i < L ? v_load_lo8(src + i * ld + j0) : v_zero();
+            v_transpose_lo8(r);
+            for (int i = 0; i < 8; i++) {
+                v_store(dst + (j0 + i) * ATT_ROW, r[i]);
+                zero_upper_lanes(dst + (j0 + i) * ATT_ROW);
+            }
+        }
+        return;
+    }
     for (int j0 = 0; j0 < n; j0 += VW)
         for (int t0 = 0; t0 < ATT_ROW; t0 += VW) {
             vf r[VW];
@@ -29,6 +51,15 @@ AI void to_lanes(const int n, const float *src, int ld, int L, float *dst) {
 
 /* dst[t * ld + j] = src[j][t] for t < L, j < n (a multiple of VW). */
 AI void from_lanes(const int n, const float *src, int L, float *dst, int ld) {
+    if (L <= SHORT_SEQ) {
+        for (int j0 = 0; j0 < n; j0 += 8) {
+            vf r[8];
+            for (int i = 0; i < 8; i++) r[i] = v_load(src + (j0 + i) * ATT_ROW);
+            v_transpose_lo8(r);
+            for (int i = 0; i < L; i++) v_store_lo8(dst + i * ld + j0, r[i]);
+        }
+        return;
+    }
     for (int j0 = 0; j0 < n; j0 += VW)
         for (int t0 = 0; t0 < L; t0 += VW) {
             vf r[VW];
@@ -38,8 +69,19 @@ AI void from_lanes(const int n, const float *src, int L, float *dst, int ld) {
         }
 }
 
-/* dst[b][a] = src[a][b] for a 16 x 16 tile whose rows a >= L read as zero (all 16 dst rows written). */
+/* dst[b][a] = src[a][b] for a 16 x 16 tile whose rows a >= L read as zero (all 16 dst rows written, or
+ * for L <= SHORT_SEQ the first 8). */
 AI void transpose_tile(const float *src, int L, float *dst) {
+    if (L <= SHORT_SEQ) {
+        vf r[8];
+        for (int i = 0; i < 8; i++) r[i] = i < L ? v_load(src + i * ATT_ROW) : v_zero();
+        v_transpose_lo8(r);
+        for (int i = 0; i < 8; i++) {
+            v_store(dst + i * ATT_ROW, r[i]);
+            zero_upper_lanes(dst + i * ATT_ROW);
+        }
+        return;
+    }
     for (int a0 = 0; a0 < ATT_ROW; a0 += VW)
         for (int b0 = 0; b0 < ATT_ROW; b0 += VW) {
             vf r[VW];
@@ -137,7 +179,8 @@ AI void attn_bwd(const int D, const int H, const float *qkv, const float *att, c
         for (int j = 0; j < HD; j += 4) /* dq^T[j][t] = sum_u k[u][j] dS^T[u][t] */
             accumulate4(qkv + D + h * HD + j, QS, ds_t, L, dqt + (h * HD + j) * ATT_ROW);
         /* dk and dv sum over queries t: switch P and dS to lanes u. */
-        transpose_tile(pt, L, p_r); /* lanes u >= L come out zero; rows t >= L are never read */
+        transpose_tile(pt, L, p_r); /* lanes u >= L come out zero; rows t >= L are never read (nor written
+                                     * for L <= SHORT_SEQ) */
         transpose_tile(ds_t, L, ds_r);
         for (int j = 0; j < HD; j += 4) { /* lanes u: dk^T = sum_t q[t] dS[t], dv^T = sum_t dout[t] P[t] */
             accumulate4(qkv + h * HD + j, QS, ds_r, L, dkt + (h * HD + j) * ATT_ROW);

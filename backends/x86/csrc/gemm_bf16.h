@@ -77,21 +77,33 @@ AI void gemm_nn_bf16(int rows, const int N, const int K, const float *A, const i
                       E ? E + (long)i0 * lde + j0 : 0, lde, epi);
 }
 
-/* gemm_tn over P packed rows: both operands are packed into pairs of rows first (scratch_a: P x
- * round_up(M, 16), scratch_b: P x N bf16, P rounded up to even with a zero row). */
-AI void gemm_tn_bf16(const int M, const int N, int P, const float *A, const int lda, const float *B, const int ldb,
-                     float *C, const int ldc, uint16_t *scratch_a, uint16_t *scratch_b) {
+/* gemm_tn over P packed rows (added to C when `accumulate`): both operands are packed into pairs of rows
+ * first (scratch_a: P x round_up(M, 16), scratch_b: P x N bf16, P rounded up to even with a zero row). */
+AI void gemm_tn_bf16_epi(const int M, const int N, int P, const float *A, const int lda, const float *B,
+                         const int ldb, float *C, const int ldc, const int epi, uint16_t *scratch_a,
+                         uint16_t *scratch_b) {
     const int Mp = round_up(M, 16), Pp = round_up(P, 2), nc = tile_nc(N), mr = tile_mr(nc), m_main = M - M % mr;
     uint32_t *Ap = (uint32_t *)scratch_a, *Bp = (uint32_t *)scratch_b;
     pack_pairs(A, lda, P, Pp, Mp, Ap, 0, 1);
     pack_pairs(B, ldb, P, Pp, N, Bp, 0, 1);
     for (int j0 = 0; j0 < N; j0 += nc * VW) {
-        for (int i0 = 0; i0 < m_main; i0 += mr)
-            tile_bf16(mr, nc, Pp / 2, Ap + i0, 1, Mp, Bp + j0, N, C + (long)i0 * ldc + j0, ldc, 0, 0, EPI_NONE);
-        if (M % mr)
-            tile_bf16(M % mr, nc, Pp / 2, Ap + m_main, 1, Mp, Bp + j0, N, C + (long)m_main * ldc + j0, ldc, 0, 0,
-                      EPI_NONE);
+        for (int i0 = 0; i0 < m_main; i0 += mr) {
+            float *c = C + (long)i0 * ldc + j0;
+            tile_bf16(mr, nc, Pp / 2, Ap + i0, 1, Mp, Bp + j0, N, c, ldc, c, ldc, epi);
+        }
+        if (M % mr) {
+            float *c = C + (long)m_main * ldc + j0;
+            tile_bf16(M % mr, nc, Pp / 2, Ap + m_main, 1, Mp, Bp + j0, N, c, ldc, c, ldc, epi);
+        }
     }
+}
+
+AI void gemm_tn_bf16(const int M, const int N, int P, const float *A, const int lda, const float *B, const int ldb,
+                     float *C, const int ldc, const int accumulate, uint16_t *scratch_a, uint16_t *scratch_b) {
+    if (accumulate)
+        gemm_tn_bf16_epi(M, N, P, A, lda, B, ldb, C, ldc, EPI_ADD, scratch_a, scratch_b);
+    else
+        gemm_tn_bf16_epi(M, N, P, A, lda, B, ldb, C, ldc, EPI_NONE, scratch_a, scratch_b);
 }
 
 #endif /* EMG_X86_GEMM_BF16_H */
