@@ -19,8 +19,6 @@ import statistics
 import time
 from pathlib import Path
 
-import numpy as np
-
 from eemicrogpt_core.backend import TrainState
 from eemicrogpt_core.bench import BENCH_STREAM, heads_for, step_flops
 from eemicrogpt_core.data import BatchSampler, Dataset, encode, read_names
@@ -85,7 +83,7 @@ def main() -> None:
             cells = []
             for times, flops in results:
                 us = statistics.median(times)
-                ratio = statistics.median(b / t for b, t in zip(base, times))
+                ratio = statistics.median(b / t for b, t in zip(base, times, strict=True))
                 pct = f" {100 * flops / (us * 1e3) / args.peak:.1f}%" if args.peak else ""
                 cells.append(f"{us:8.1f} us ({us / batch:6.2f}/sample){pct} x{ratio:.3f}")
             print(f"d{d:<3} b{batch:<4} | " + " | ".join(cells), flush=True)
