@@ -17,36 +17,37 @@
  * avx512_bf16 build (EMG_BF16) uses the packed form and the chunk's bf16 scratch rows (bfa, bfb). */
 #ifdef EMG_BF16
 #define NN(rows, N, K, A, lda, B, ldb, pk, C, ldc, E, lde, epi) \
-    ((void)(B), gemm_nn_bf16(rows, N, K, A, lda, (const uint32_t *)(pk), C, ldc, E, lde, epi, bfa))
+    gemm_nn_bf16(rows, N, K, A, lda, (const uint32_t *)(pk), C, ldc, E, lde, epi, bfa)
 #define TN(M, N, P, A, lda, B, ldb, C, ldc, acc) gemm_tn_bf16(M, N, P, A, lda, B, ldb, C, ldc, acc, bfa, bfb)
 #else
 #define NN(rows, N, K, A, lda, B, ldb, pk, C, ldc, E, lde, epi) gemm_nn(rows, N, K, A, lda, B, ldb, C, ldc, E, lde, epi)
 #define TN gemm_tn
 #endif
 
-/* Participant tid of n rebuilds every n-th 16-row block of each transposed copy. */
+/* Participant tid of n rebuilds every n-th 16-row block of each transposed copy (avx512_bf16: of each packed
+ * copy, the forward ones straight from the weights). */
 static void FN(sync_part)(void *ctx, int tid, int n) {
     struct emg_session *s = ctx;
     const float *p = s->core.params;
     const float *wqkv = p + EMG_OFF_WQ(D), *wo = p + EMG_OFF_WO(D), *wf1 = p + EMG_OFF_WF1(D);
     const float *wf2 = p + EMG_OFF_WF2(D), *wlm = p + EMG_OFF_WLM(D);
-    transpose_part(wqkv, 3 * D, D, D, s->wqkv_t, 3 * D, tid, n);
-    transpose_part(wo, D, D, D, s->wo_t, D, tid, n);
-    transpose_part(wf1, F, D, D, s->wf1_t, F, tid, n);
-    transpose_part(wf2, D, F, F, s->wf2_t, D, tid, n);
-    transpose_part(wlm, EMG_VOCAB, D, D, s->wlm_t, LOGIT_LD, tid, n); /* columns VOCAB..31 stay zero */
 #ifdef EMG_BF16
-    emg_pool_barrier(emg_x86_pool(s)); /* the packed forward copies read whole transposed matrices */
-    pack_pairs(s->wqkv_t, 3 * D, D, D, 3 * D, (uint32_t *)s->pk_qkv_t, tid, n);
-    pack_pairs(s->wo_t, D, D, D, D, (uint32_t *)s->pk_o_t, tid, n);
-    pack_pairs(s->wf1_t, F, D, D, F, (uint32_t *)s->pk_f1_t, tid, n);
-    pack_pairs(s->wf2_t, D, F, F, D, (uint32_t *)s->pk_f2_t, tid, n);
-    pack_pairs(s->wlm_t, LOGIT_LD, D, D, LOGIT_LD, (uint32_t *)s->pk_lm_t, tid, n);
+    pack_pairs_t(wqkv, 3 * D, D, D, 3 * D, (uint32_t *)s->pk_qkv_t, tid, n);
+    pack_pairs_t(wo, D, D, D, D, (uint32_t *)s->pk_o_t, tid, n);
+    pack_pairs_t(wf1, F, D, D, F, (uint32_t *)s->pk_f1_t, tid, n);
+    pack_pairs_t(wf2, D, F, F, D, (uint32_t *)s->pk_f2_t, tid, n);
+    pack_pairs_t(wlm, EMG_VOCAB, D, D, LOGIT_LD, (uint32_t *)s->pk_lm_t, tid, n); /* columns VOCAB..31: zero */
     pack_pairs(wlm, D, EMG_VOCAB, round_up(EMG_VOCAB, BF_ALIGN_K), D, (uint32_t *)s->pk_lm, tid, n);
     pack_pairs(wf2, F, D, D, F, (uint32_t *)s->pk_f2, tid, n);
     pack_pairs(wf1, D, F, F, D, (uint32_t *)s->pk_f1, tid, n);
     pack_pairs(wo, D, D, D, D, (uint32_t *)s->pk_o, tid, n);
     pack_pairs(wqkv, D, 3 * D, 3 * D, D, (uint32_t *)s->pk_qkv, tid, n);
+#else
+    transpose_part(wqkv, 3 * D, D, D, s->wqkv_t, 3 * D, tid, n);
+    transpose_part(wo, D, D, D, s->wo_t, D, tid, n);
+    transpose_part(wf1, F, D, D, s->wf1_t, F, tid, n);
+    transpose_part(wf2, D, F, F, s->wf2_t, D, tid, n);
+    transpose_part(wlm, EMG_VOCAB, D, D, s->wlm_t, LOGIT_LD, tid, n); /* columns VOCAB..31 stay zero */
 #endif
 }
 
@@ -106,6 +107,9 @@ static double FN(block_step)(struct emg_session *s, const struct emg_chunk *blk,
 
     const float *wqkv = tok_emb + EMG_OFF_WQ(D), *wo = tok_emb + EMG_OFF_WO(D);
     const float *wf1 = tok_emb + EMG_OFF_WF1(D), *wf2 = tok_emb + EMG_OFF_WF2(D), *wlm = tok_emb + EMG_OFF_WLM(D);
+#ifdef EMG_BF16
+    (void)wqkv, (void)wo, (void)wf1, (void)wf2, (void)wlm; /* its GEMMs read the packed copies (NN's pk) */
+#endif
     float *g_tok = grads, *g_pos = grads + EMG_OFF_POS_EMB(D), *g_qkv = grads + EMG_OFF_WQ(D);
     float *g_wo = grads + EMG_OFF_WO(D), *g_f1 = grads + EMG_OFF_WF1(D), *g_f2 = grads + EMG_OFF_WF2(D);
     float *g_lm = grads + EMG_OFF_WLM(D);
