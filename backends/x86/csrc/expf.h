@@ -25,27 +25,9 @@ AI vf v_exp(vf x) {
     p = v_fma(p, r, v_set1(0.5f));
     p = v_fma(p, r, v_set1(1.0f));
     p = v_fma(p, r, v_set1(1.0f));
-    vf y = v_mul(p, v_pow2i(n));
+    vf y = v_scale2(p, n);
     /* Lanes far below the range (masked scores are -inf) become exactly 0. */
     return v_keep_pos(y, v_sub(x, v_set1(EXP_LO - 1.0f)));
-}
-
-/* In place: s[0..n) -> softmax(s[0..n)), s[n..len) -> 0; len is a multiple of VW.
- * Returns log(sum(exp(s - max))) + max, the log-partition (for the cross-entropy). */
-AI float softmax_row(float *s, int n, int len) {
-    vf mx = v_set1(-INFINITY);
-    for (int i = 0; i < len; i += VW) mx = v_max(mx, v_first_n_or(v_load(s + i), n - i, -INFINITY));
-    float m = v_hmax(mx);
-    vf mv = v_set1(m), sum = v_zero();
-    for (int i = 0; i < len; i += VW) {
-        vf e = v_first_n(v_exp(v_sub(v_load(s + i), mv)), n - i);
-        sum = v_add(sum, e);
-        v_store(s + i, e);
-    }
-    float total = v_hsum(sum);
-    vf inv = v_set1(1.0f / total);
-    for (int i = 0; i < len; i += VW) v_store(s + i, v_mul(v_load(s + i), inv));
-    return m + logf(total);
 }
 
 #endif /* EMG_X86_EXPF_H */

@@ -92,16 +92,29 @@ AI void gemm_nn(int rows, const int N, const int K, const float *A, const int ld
                  E ? E + (long)i0 * lde + j0 : 0, lde, epi);
 }
 
-/* Weight gradient: C[M][N] = sum_p A[p][0:M]^T B[p][0:N] over P packed rows (A, B row-major). */
-AI void gemm_tn(const int M, const int N, int P, const float *A, const int lda, const float *B, const int ldb,
-                float *C, const int ldc) {
+/* Weight gradient: C[M][N] = sum_p A[p][0:M]^T B[p][0:N] over P packed rows (A, B row-major); with
+ * `accumulate` the sum is added to C (tiles start from C itself: EPI_ADD with E = C). */
+AI void gemm_tn_epi(const int M, const int N, int P, const float *A, const int lda, const float *B, const int ldb,
+                    float *C, const int ldc, const int epi) {
     const int nc = tile_nc(N), mr = tile_mr(nc), m_main = M - M % mr;
     for (int j0 = 0; j0 < N; j0 += nc * VW) {
-        for (int i0 = 0; i0 < m_main; i0 += mr)
-            tile(mr, nc, P, A + i0, 1, lda, B + j0, ldb, C + (long)i0 * ldc + j0, ldc, 0, 0, EPI_NONE);
-        if (M % mr)
-            tile(M % mr, nc, P, A + m_main, 1, lda, B + j0, ldb, C + (long)m_main * ldc + j0, ldc, 0, 0, EPI_NONE);
+        for (int i0 = 0; i0 < m_main; i0 += mr) {
+            float *c = C + (long)i0 * ldc + j0;
+            tile(mr, nc, P, A + i0, 1, lda, B + j0, ldb, c, ldc, c, ldc, epi);
+        }
+        if (M % mr) {
+            float *c = C + (long)m_main * ldc + j0;
+            tile(M % mr, nc, P, A + m_main, 1, lda, B + j0, ldb, c, ldc, c, ldc, epi);
+        }
     }
+}
+
+AI void gemm_tn(const int M, const int N, int P, const float *A, const int lda, const float *B, const int ldb,
+                float *C, const int ldc, const int accumulate) {
+    if (accumulate)
+        gemm_tn_epi(M, N, P, A, lda, B, ldb, C, ldc, EPI_ADD);
+    else
+        gemm_tn_epi(M, N, P, A, lda, B, ldb, C, ldc, EPI_NONE);
 }
 
 #endif /* EMG_X86_GEMM_H */

@@ -35,6 +35,28 @@ AI void pack_pairs(const float *src, int ld, int K, int Kp, int N, uint32_t *dst
         }
 }
 
+/* The same packed form of W^T straight from a row-major W[rows][K] (ld ldw), without an fp32 transposed copy:
+ * dst[kk][c] = (bf16(W[c][2kk]), bf16(W[c][2kk + 1])) for c < N (rows c >= `rows` are zero; N a multiple of
+ * 16), kk < K/2 (K a multiple of 16). A row of W rounded in order is already a row of pairs, so 16 x 16
+ * blocks of pairs are transposed as 32-bit lanes. Participant tid of n_part packs the 16-row blocks of W
+ * c0 = 16 (tid + j n_part). */
+AI void pack_pairs_t(const float *W, int rows, int K, int ldw, int N, uint32_t *dst, int tid, int n_part) {
+    for (int c0 = 16 * tid; c0 < N; c0 += 16 * n_part)
+        for (int k0 = 0; k0 < K; k0 += 32) {
+            const int pairs = K - k0 >= 32 ? 16 : 8;
+            vf r[16];
+            for (int i = 0; i < 16; i++) {
+                const float *w = W + (long)(c0 + i) * ldw + k0;
+                const int live = c0 + i < rows;
+                const __m512 lo = live ? _mm512_loadu_ps(w) : _mm512_setzero_ps();
+                const __m512 hi = live && pairs == 16 ? _mm512_loadu_ps(w + 16) : _mm512_setzero_ps();
+                r[i] = (__m512)_mm512_cvtne2ps_pbh(hi, lo); /* 32-bit lane e: the pair (k0 + 2e, k0 + 2e + 1) */
+            }
+            v_transpose(r);
+            for (int e = 0; e < pairs; e++) _mm512_storeu_ps((float *)(dst + (long)(k0 / 2 + e) * N + c0), r[e]);
+        }
+}
+
 /* dst[r][0:Kp] = bf16(src[r * ld + 0:Kp]) for r < rows: row-major bf16, i.e. [rows][Kp/2] pairs along k. */
 AI void rows_to_bf16(const float *src, int ld, int rows, int Kp, uint16_t *dst) {
     for (int r = 0; r < rows; r++)
@@ -77,21 +99,33 @@ AI void gemm_nn_bf16(int rows, const int N, const int K, const float *A, const i
                       E ? E + (long)i0 * lde + j0 : 0, lde, epi);
 }
 
-/* gemm_tn over P packed rows: both operands are packed into pairs of rows first (scratch_a: P x
- * round_up(M, 16), scratch_b: P x N bf16, P rounded up to even with a zero row). */
-AI void gemm_tn_bf16(const int M, const int N, int P, const float *A, const int lda, const float *B, const int ldb,
-                     float *C, const int ldc, uint16_t *scratch_a, uint16_t *scratch_b) {
+/* gemm_tn over P packed rows (added to C when `accumulate`): both operands are packed into pairs of rows
+ * first (scratch_a: P x round_up(M, 16), scratch_b: P x N bf16, P rounded up to even with a zero row). */
+AI void gemm_tn_bf16_epi(const int M, const int N, int P, const float *A, const int lda, const float *B,
+                         const int ldb, float *C, const int ldc, const int epi, uint16_t *scratch_a,
+                         uint16_t *scratch_b) {
     const int Mp = round_up(M, 16), Pp = round_up(P, 2), nc = tile_nc(N), mr = tile_mr(nc), m_main = M - M % mr;
     uint32_t *Ap = (uint32_t *)scratch_a, *Bp = (uint32_t *)scratch_b;
     pack_pairs(A, lda, P, Pp, Mp, Ap, 0, 1);
     pack_pairs(B, ldb, P, Pp, N, Bp, 0, 1);
     for (int j0 = 0; j0 < N; j0 += nc * VW) {
-        for (int i0 = 0; i0 < m_main; i0 += mr)
-            tile_bf16(mr, nc, Pp / 2, Ap + i0, 1, Mp, Bp + j0, N, C + (long)i0 * ldc + j0, ldc, 0, 0, EPI_NONE);
-        if (M % mr)
-            tile_bf16(M % mr, nc, Pp / 2, Ap + m_main, 1, Mp, Bp + j0, N, C + (long)m_main * ldc + j0, ldc, 0, 0,
-                      EPI_NONE);
+        for (int i0 = 0; i0 < m_main; i0 += mr) {
+            float *c = C + (long)i0 * ldc + j0;
+            tile_bf16(mr, nc, Pp / 2, Ap + i0, 1, Mp, Bp + j0, N, c, ldc, c, ldc, epi);
+        }
+        if (M % mr) {
+            float *c = C + (long)m_main * ldc + j0;
+            tile_bf16(M % mr, nc, Pp / 2, Ap + m_main, 1, Mp, Bp + j0, N, c, ldc, c, ldc, epi);
+        }
     }
+}
+
+AI void gemm_tn_bf16(const int M, const int N, int P, const float *A, const int lda, const float *B, const int ldb,
+                     float *C, const int ldc, const int accumulate, uint16_t *scratch_a, uint16_t *scratch_b) {
+    if (accumulate)
+        gemm_tn_bf16_epi(M, N, P, A, lda, B, ldb, C, ldc, EPI_ADD, scratch_a, scratch_b);
+    else
+        gemm_tn_bf16_epi(M, N, P, A, lda, B, ldb, C, ldc, EPI_NONE, scratch_a, scratch_b);
 }
 
 #endif /* EMG_X86_GEMM_BF16_H */

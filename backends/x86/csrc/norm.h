@@ -1,20 +1,42 @@
-/* RMS norm without a learned scale: y = x * r, r = 1 / sqrt(mean(x^2) + eps). */
+/* RMS norm without a learned scale: y = x * r, r = 1 / sqrt(mean(x^2) + eps). The forward runs over a block
+ * of rows in three passes (mean squares, the scales r for all rows as vectors, then y), so the square root
+ * and the division run once per VW rows instead of as scalars per row. D is a power of two, so dividing by
+ * D and multiplying by 1 / D give the same float: the results are those of the per-row formula. */
 #ifndef EMG_X86_NORM_H
 #define EMG_X86_NORM_H
+
+#include <math.h>
 
 #include "simd.h"
 #include "eemicrogpt.h"
 
-/* y = x * r for one D-wide row; returns r (kept for the backward pass). */
-AI float rms_fwd(const int D, const float *x, float *y) {
+/* mean(x^2) of one D-wide row. */
+AI float mean_sq(const int D, const float *x) {
     vf ss = v_zero();
 #pragma GCC unroll 8
     for (int i = 0; i < D; i += VW) ss = v_fma(v_load(x + i), v_load(x + i), ss);
-    float r = 1.0f / sqrtf(v_hsum(ss) / (float)D + EMG_RMS_EPS);
-    vf rv = v_set1(r);
+    return v_hsum(ss) * (1.0f / (float)D);
+}
+
+/* In place for n rows: ms[p] = mean(x^2) of row p  ->  r[p] = 1 / sqrt(ms[p] + eps). */
+AI void rms_scales(float *ms, const int n) {
+    const vf eps = v_set1(EMG_RMS_EPS), one = v_set1(1.0f);
+    int p = 0;
+    for (; p + VW <= n; p += VW) v_store(ms + p, v_div(one, v_sqrt(v_add(v_load(ms + p), eps))));
+    for (; p < n; p++) ms[p] = 1.0f / sqrtf(ms[p] + EMG_RMS_EPS);
+}
+
+/* y = x * r for one D-wide row (y may alias x); returns mean(y^2) (the next norm's input, when chained). */
+AI float rms_apply(const int D, const float *x, const float r, float *y) {
+    const vf rv = v_set1(r);
+    vf ss = v_zero();
 #pragma GCC unroll 8
-    for (int i = 0; i < D; i += VW) v_store(y + i, v_mul(v_load(x + i), rv));
-    return r;
+    for (int i = 0; i < D; i += VW) {
+        const vf yi = v_mul(v_load(x + i), rv);
+        ss = v_fma(yi, yi, ss);
+        v_store(y + i, yi);
+    }
+    return v_hsum(ss) * (1.0f / (float)D);
 }
 
 /* dx = base + r * (dy - y * mean(dy * y)); base may be NULL (then 0). dx may alias base. */
@@ -22,7 +44,7 @@ AI void rms_bwd(const int D, const float *dy, const float *y, float r, const flo
     vf dot = v_zero();
 #pragma GCC unroll 8
     for (int i = 0; i < D; i += VW) dot = v_fma(v_load(dy + i), v_load(y + i), dot);
-    vf mean = v_set1(v_hsum(dot) / (float)D), rv = v_set1(r);
+    vf mean = v_set1(v_hsum(dot) * (1.0f / (float)D)), rv = v_set1(r);
 #pragma GCC unroll 8
     for (int i = 0; i < D; i += VW) {
         vf g = v_mul(rv, v_fnma(v_load(y + i), mean, v_load(dy + i)));

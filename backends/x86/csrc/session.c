@@ -20,8 +20,10 @@ static size_t layout(struct emg_session *s, float *base) {
         if (base) s->field = base + off;                     \
         off += ((size_t)(count) + 15) / 16 * 16;             \
     } while (0)
+#ifndef EMG_BF16 /* the bf16 build packs its forward copies straight from the weights */
     TAKE(wqkv_t, 3 * d * d); TAKE(wo_t, d * d); TAKE(wf1_t, 4 * d * d); TAKE(wf2_t, 4 * d * d);
     TAKE(wlm_t, d * LOGIT_LD);
+#endif
     TAKE(x0, rows * d); TAKE(n1, rows * d); TAKE(qkv, rows * 3 * d); TAKE(o, rows * d);
     TAKE(x1, rows * d); TAKE(n2, rows * d); TAKE(hid, rows * 4 * d); TAKE(x2, rows * d);
     TAKE(logits, rows * LOGIT_LD); TAKE(r0, rows); TAKE(r1, rows); TAKE(r2, rows);

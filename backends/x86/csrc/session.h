@@ -31,13 +31,15 @@ struct emg_session {
     emg_core core; /* shape, layout, step and the training state: owned by the shared layer */
     const struct emg_kernel *k;
     int max_rows;
+#ifndef EMG_BF16
     /* Transposed weight copies used by the forward GEMMs: [in][out]. WlmT is padded to 32 columns. */
     float *wqkv_t, *wo_t, *wf1_t, *wf2_t, *wlm_t;
+#endif
     /* Activations over packed live rows (max_rows: every chunk starts on a multiple of ROW_PAD). */
     float *x0, *n1, *qkv, *o, *x1, *n2, *hid, *x2, *logits, *r0, *r1, *r2, *att;
 #ifdef EMG_BF16
-    /* avx512_bf16 build: weights packed into bf16 pairs (gemm_bf16.h) for the forward (from the transposed
-     * copies) and backward GEMMs, rebuilt with them; two bf16 scratch rows of 4 * d per packed row. */
+    /* avx512_bf16 build: weights packed into bf16 pairs (gemm_bf16.h) for the forward (W^T, packed straight
+     * from W) and backward GEMMs, rebuilt after every update; two bf16 scratch rows of 4 * d per packed row. */
     float *pk_qkv_t, *pk_o_t, *pk_f1_t, *pk_f2_t, *pk_lm_t, *pk_lm, *pk_f2, *pk_f1, *pk_o, *pk_qkv;
     float *bf_a, *bf_b;
 #endif

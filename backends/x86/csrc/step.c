@@ -12,6 +12,12 @@
 #include "norm.h"
 #include "session.h"
 #include "transpose.h"
+#include "xent.h"
+
+/* Live rows per block of a chunk (step_impl.h, chunk_step): about two batches of 16. Measured per sample at
+ * batch 256 against batch 64 (d64 / d128): unblocked 15% / 3% slower; blocks of 480 rows 2% slower / 2%
+ * faster; 240 rows 2% / 2% faster; 120 rows about even. */
+#define BLOCK_ROWS 240
 
 #define D_MODEL 16
 #define N_HEADS 4
