@@ -2,8 +2,9 @@
  * The FMOPA engine: the only translation unit built with SME flags, and the only code that runs in
  * streaming mode. Vector-length agnostic: tile sides come from svcntsw()/svcntsh(), every load and
  * store is predicated, so the same code is correct at any streaming vector length (tested at 256 and
- * 512 bits). Three builds (sme2_internal.h): fp32, fp16 with fp16 accumulation, fp16 with fp32
- * accumulation (EMG_SME_F16_WIDEN). Rows beyond M/N (the last partial strip of packed positions) are masked, never padded.
+ * 512 bits). Rows beyond M/N (the last partial strip of packed positions) are masked, never padded.
+ * Three builds (sme2_internal.h): fp32, fp16 with fp16 accumulation, fp16 with fp32 accumulation
+ * (EMG_SME_F16_WIDEN).
  */
 #include <arm_sme.h>
 

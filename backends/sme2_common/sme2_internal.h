@@ -1,7 +1,7 @@
 /*
  * Internal interface between the model step (sme2_step.c, plain C / Neon, never streaming) and the
  * FMOPA kernels (sme2_gemm.c, the only translation unit built with SME flags). One source tree serves
- * both backends: EMG_SME_F16=0 builds sme2_f32 (fp32 operands, za32 tiles), EMG_SME_F16=1 builds
+ * the three backends: EMG_SME_F16=0 builds sme2_f32 (fp32 operands, za32 tiles), EMG_SME_F16=1 builds
  * sme2_f16 (fp16 operands, non-widening fp16 FMOPA into za16 tiles), EMG_SME_F16=1 with
  * EMG_SME_F16_WIDEN=1 builds sme2_f16w (fp16 operands, widening FMOPA into za32 tiles: fp32 accumulation).
  */
