@@ -41,6 +41,7 @@ def arm_verdicts() -> Iterator[tuple[str, str | None]]:
     yield "neon", neon.unavailable_reason()
     yield "sme2_f32", sme2.unavailable_reason("sme2_f32", f16f16=False)
     yield "sme2_f16", sme2.unavailable_reason("sme2_f16", f16f16=True)
+    yield "sme2_f16w", sme2.unavailable_reason("sme2_f16w", f16f16=False)  # widening fp16 FMOPA: base SME
 
 
 def required() -> list[str]:

@@ -84,12 +84,12 @@ head -1 "$WORK/version.txt" | grep -qx "eemicrogpt $core_version" || fail "--ver
 import json, platform, sys
 report = json.load(open(sys.argv[1]))
 rows = {b["name"]: b for b in report["backends"]}
-missing = {"numpy_ref", "avx512", "avx2", "neon", "sme2_f32", "sme2_f16", "example_c", "example_py"} - set(rows)
+missing = {"numpy_ref", "avx512", "avx2", "neon", "sme2_f32", "sme2_f16", "sme2_f16w", "example_c", "example_py"} - set(rows)
 assert not missing, f"backends missing from the wheel install: {missing}"
 assert not report["plugin_failures"], report["plugin_failures"]
 assert rows["numpy_ref"]["available"] and rows["example_c"]["available"], rows
 if platform.machine() == "x86_64":  # the ARM wheels here are pure Python: installed, and say why they cannot run
-    for name in ("neon", "sme2_f32", "sme2_f16"):
+    for name in ("neon", "sme2_f32", "sme2_f16", "sme2_f16w"):
         assert not rows[name]["available"] and "aarch64" in rows[name]["reason"], rows[name]
 EOF
 "$EMG" train --steps 60 --log-every 30 --data "$DATA" --out "$WORK/run"

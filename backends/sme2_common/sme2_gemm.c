@@ -3,6 +3,8 @@
  * streaming mode. Vector-length agnostic: tile sides come from svcntsw()/svcntsh(), every load and
  * store is predicated, so the same code is correct at any streaming vector length (tested at 256 and
  * 512 bits). Rows beyond M/N (the last partial strip of packed positions) are masked, never padded.
+ * Three builds (sme2_internal.h): fp32, fp16 with fp16 accumulation, fp16 with fp32 accumulation
+ * (EMG_SME_F16_WIDEN).
  */
 #include <arm_sme.h>
 
@@ -33,7 +35,7 @@ static inline __attribute__((always_inline)) void put_vec(const emg_gemm *g, flo
 /* Column j of the result, rows i.. (a vertical ZA slice), into Ct's row j. */
 #define put_col(g, j, i, pc, v, add, last) put_vec(g, (g)->Ct, (g)->gate_t, (g)->ldct, j, i, pc, v, add, last)
 
-#if !EMG_SME_F16
+#if !EMG_SME_F16 || EMG_SME_F16_WIDEN
 
 /* Read a za32 tile out four rows per instruction (SME2 multi-vector MOVA, VG4); with Ct, four columns
  * per instruction too (vertical slices, seed #28). */
@@ -59,6 +61,10 @@ static inline __attribute__((always_inline)) void put_vec(const emg_gemm *g, flo
             }                                                                                  \
         }                                                                                      \
     } while (0)
+
+#endif
+
+#if !EMG_SME_F16
 
 /* fp32: a 2T x 2T block per pass on all four za32 tiles. Each k step loads two A and two B vectors
  * and issues four independent FMOPAs, so consecutive FMOPAs never wait on the same tile. */
@@ -87,7 +93,51 @@ static void gemm_body(const emg_gemm *g) __arm_streaming __arm_inout("za") {
     }
 }
 
-#else /* EMG_SME_F16 */
+#elif EMG_SME_F16_WIDEN
+
+/* One k pair of the widening FMOPA on the four za32 tiles. Each za32 element (i, j) accumulates
+ * zn[2i] * zm[2j] + zn[2i + 1] * zm[2j + 1] in fp32, so an operand vector must hold rows k and k + 1
+ * interleaved element by element: zip1 of the two fp16 k-rows (2T halves each) pairs up elements
+ * 0..T-1 (the first tile's T rows or columns), zip2 elements T..2T-1. Inactive lanes were loaded as
+ * zero, so their products add nothing and the FMOPAs need no predicate of their own. */
+#define MOPA_PAIR(ak, ak1, bk, bk1)                                                        \
+    do {                                                                                   \
+        const svfloat16_t a0_ = svzip1_f16(ak, ak1), a1_ = svzip2_f16(ak, ak1);            \
+        const svfloat16_t b0_ = svzip1_f16(bk, bk1), b1_ = svzip2_f16(bk, bk1);            \
+        svmopa_za32_f16_m(0, all, all, a0_, b0_);                                          \
+        svmopa_za32_f16_m(1, all, all, a0_, b1_);                                          \
+        svmopa_za32_f16_m(2, all, all, a1_, b0_);                                          \
+        svmopa_za32_f16_m(3, all, all, a1_, b1_);                                          \
+    } while (0)
+
+/* fp16 operands, fp32 accumulation (the widening FMOPA of base FEAT_SME, which Apple M4 has): the same
+ * 2T x 2T block on four za32 tiles as fp32, half the FMOPAs (each takes two k terms) and half the
+ * operand bytes, no fp16 accumulator to drain, and fp32's VG4 readouts. An odd K pairs its last row with
+ * zeros. */
+static void gemm_body(const emg_gemm *g) __arm_streaming __arm_inout("za") {
+    const int T = (int)svcntsw();
+    const int add = g->flags & GEMM_ACC;
+    const svbool_t all = svptrue_b16();
+    const svfloat16_t zero = svdup_n_f16(0);
+    for (int i0 = 0; i0 < g->M; i0 += 2 * T) {
+        const svbool_t pi = svwhilelt_b16(i0, g->M); /* rows i0 .. i0 + 2T - 1 */
+        for (int j0 = 0; j0 < g->N; j0 += 2 * T) {
+            const svbool_t pj = svwhilelt_b16(j0, g->N);
+            const op_t *a = g->A + i0, *b = g->B + j0;
+            svzero_za();
+            int k = 0;
+            for (; k + 1 < g->K; k += 2, a += 2 * g->lda, b += 2 * g->ldb)
+                MOPA_PAIR(svld1_f16(pi, a), svld1_f16(pi, a + g->lda), svld1_f16(pj, b), svld1_f16(pj, b + g->ldb));
+            if (k < g->K) MOPA_PAIR(svld1_f16(pi, a), zero, svld1_f16(pj, b), zero);
+            READ_TILE32(0, i0, j0);
+            READ_TILE32(1, i0, j0 + T);
+            READ_TILE32(2, i0 + T, j0);
+            READ_TILE32(3, i0 + T, j0 + T);
+        }
+    }
+}
+
+#else /* EMG_SME_F16, non-widening */
 
 /* Widen one za16 row (T halves) to two fp32 vectors and store it. FCVT reads the even halves, so
  * zip1/zip2 of the row with itself put halves 0..T/2-1 and T/2..T-1 there in order. Rows come out two

@@ -1,8 +1,9 @@
 /*
  * Internal interface between the model step (sme2_step.c, plain C / Neon, never streaming) and the
  * FMOPA kernels (sme2_gemm.c, the only translation unit built with SME flags). One source tree serves
- * both backends: EMG_SME_F16=0 builds sme2_f32 (fp32 operands, za32 tiles), EMG_SME_F16=1 builds
- * sme2_f16 (fp16 operands, non-widening fp16 FMOPA into za16 tiles).
+ * the three backends: EMG_SME_F16=0 builds sme2_f32 (fp32 operands, za32 tiles), EMG_SME_F16=1 builds
+ * sme2_f16 (fp16 operands, non-widening fp16 FMOPA into za16 tiles), EMG_SME_F16=1 with
+ * EMG_SME_F16_WIDEN=1 builds sme2_f16w (fp16 operands, widening FMOPA into za32 tiles: fp32 accumulation).
  */
 #ifndef EMG_SME2_INTERNAL_H
 #define EMG_SME2_INTERNAL_H
@@ -13,9 +14,19 @@
 #error "compile with -DEMG_SME_F16=0 (sme2_f32) or -DEMG_SME_F16=1 (sme2_f16)"
 #endif
 
+#ifndef EMG_SME_F16_WIDEN
+#define EMG_SME_F16_WIDEN 0
+#endif
+#if EMG_SME_F16_WIDEN && !EMG_SME_F16
+#error "EMG_SME_F16_WIDEN=1 needs EMG_SME_F16=1 (it changes how fp16 operands are accumulated)"
+#endif
+/* Only the non-widening fp16 FMOPA needs FEAT_SME_F16F16; the widening one is base FEAT_SME. */
+#define EMG_SME_NEEDS_F16F16 (EMG_SME_F16 && !EMG_SME_F16_WIDEN)
+
 #if EMG_SME_F16
 typedef __fp16 op_t; /* GEMM operand type */
-/* fp16 ZA accumulators are drained into fp32 every this many contraction terms (see README). */
+/* fp16 ZA accumulators (non-widening build) are drained into fp32 every this many contraction terms
+ * (see README). */
 #define EMG_F16_KCHUNK 64
 #else
 typedef float op_t;

@@ -588,7 +588,7 @@ static int supports(int d_model, int n_heads) {
 }
 
 static int init(emg_session *s) {
-    if (emg_sme_cpu_status(EMG_SME_F16) != SME_CPU_OK) return EMG_ERR_UNSUPPORTED;
+    if (emg_sme_cpu_status(EMG_SME_NEEDS_F16F16) != SME_CPU_OK) return EMG_ERR_UNSUPPORTED;
     const emg_core *c = &s->core;
     const emg_layout *L = &c->layout;
     const int d = c->d_model, f = 4 * c->d_model, n_heads = c->n_heads, max_batch = c->max_batch;

@@ -1,4 +1,5 @@
-"""Builds sme2_f16 (fp16 FMOPA)'s plain C library from ../sme2_common on aarch64 Linux/macOS only.
+"""Builds the plain C libraries of sme2_f16 (fp16 FMOPA into za16) and sme2_f16w (widening fp16 FMOPA into
+za32) from ../sme2_common on aarch64 Linux/macOS only.
 
 Elsewhere (and when staged without the sibling sources) the package installs as pure Python and its
 probe says why the backend is unavailable. The aarch64 lane cross-builds through this same file.
@@ -19,4 +20,6 @@ try:
 except ImportError:
     setup(**METADATA)
 else:
-    setup(**sme2_setup_kwargs("eemicrogpt_backend_sme2_f16._emg_sme2_f16", f16=True), **METADATA)
+    setup(**sme2_setup_kwargs(
+        sme2_f16="eemicrogpt_backend_sme2_f16._emg_sme2_f16", sme2_f16w="eemicrogpt_backend_sme2_f16._emg_sme2_f16w"
+    ), **METADATA)

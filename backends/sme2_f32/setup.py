@@ -19,4 +19,4 @@ try:
 except ImportError:
     setup(**METADATA)
 else:
-    setup(**sme2_setup_kwargs("eemicrogpt_backend_sme2._emg_sme2", f16=False), **METADATA)
+    setup(**sme2_setup_kwargs(sme2_f32="eemicrogpt_backend_sme2._emg_sme2"), **METADATA)

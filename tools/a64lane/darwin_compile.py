@@ -81,8 +81,7 @@ def libraries(repo: Path, tmp: Path) -> list[Library]:
     sme2_setup = load_module("sme2_setup", backends / "sme2_common" / "sme2_setup.py")
     neon_setup = load_module("neon_setup", backends / "neon" / "setup.py")
     exts = [*neon_setup.extensions()]
-    for f16 in (False, True):
-        exts += sme2_setup.sme2_setup_kwargs(f"_emg_sme2{'_f16' if f16 else ''}", f16=f16)["ext_modules"]
+    exts += [sme2_setup.sme2_extension(f"_emg_{name}", name) for name in sme2_setup.VARIANTS]
     out = []
     for ext in exts:
         base = backends / ext.backend if ext.backend == "neon" else backends / "sme2_common"

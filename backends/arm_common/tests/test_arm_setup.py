@@ -109,8 +109,8 @@ def build_cmd(tmp_path: Path, compiler: FakeCompiler) -> arm_setup.ArmBuildExt:
     return cmd
 
 
-def sme2_extension(f16: bool) -> arm_setup.ArmExtension:
-    (ext,) = sme2_setup.sme2_setup_kwargs("pkg._emg_sme2", f16=f16)["ext_modules"]
+def sme2_extension(backend: str) -> arm_setup.ArmExtension:
+    (ext,) = sme2_setup.sme2_setup_kwargs(**{backend: "pkg._emg_sme2"})["ext_modules"]
     return ext
 
 
@@ -121,7 +121,7 @@ def test_old_compiler_leaves_a_reason_the_probe_shows(
     simulate(monkeypatch, plat, "arm64")
     monkeypatch.delenv(arm_setup.STRICT_ENV, raising=False)
     cmd = build_cmd(tmp_path, FakeCompiler(knows_sme=False))
-    cmd.build_extension(sme2_extension(f16=False))
+    cmd.build_extension(sme2_extension("sme2_f32"))
     note = tmp_path / "lib" / "pkg" / "_emg_sme2.not-built.txt"
     reason = note.read_text()
     assert reason.startswith("sme2_f32: the kernels library was not built:") and hint in reason
@@ -137,14 +137,18 @@ def test_strict_build_fails_instead(monkeypatch: pytest.MonkeyPatch, tmp_path: P
     monkeypatch.setenv(arm_setup.STRICT_ENV, "1")
     cmd = build_cmd(tmp_path, FakeCompiler(knows_sme=False))
     with pytest.raises(arm_setup.BuildRefused, match=r"Xcode >= 16\.3"):
-        cmd.build_extension(sme2_extension(f16=True))
+        cmd.build_extension(sme2_extension("sme2_f16"))
 
 
 def test_feature_test_uses_what_the_kernels_use() -> None:
     kernels = (BACKENDS / "sme2_common" / "sme2_gemm.c").read_text()
-    for f16, constructs in ((False, ["svmopa_za32_f32_m", "svread_hor_za32_f32_vg4", "svread_ver_za32_f32_vg4"]),
-                            (True, ["svmopa_za16_f16_m", "svread_hor_za16_f16_vg2", "svread_ver_za16_f16_vg2"])):
-        test = sme2_setup.feature_test(f16)
+    reads32 = ["svread_hor_za32_f32_vg4", "svread_ver_za32_f32_vg4"]
+    uses = {"sme2_f32": ["svmopa_za32_f32_m", *reads32],
+            "sme2_f16": ["svmopa_za16_f16_m", "svread_hor_za16_f16_vg2", "svread_ver_za16_f16_vg2"],
+            "sme2_f16w": ["svmopa_za32_f16_m", "svzip1_f16", *reads32]}
+    assert set(uses) == set(sme2_setup.VARIANTS)
+    for backend, constructs in uses.items():
+        test = sme2_setup.feature_test(sme2_setup.VARIANTS[backend])
         for construct in ["__arm_locally_streaming", '__arm_new("za")', "__arm_streaming", *constructs]:
             assert construct in test and construct in kernels, construct
         assert "#error" in test and "__ARM_FEATURE_SVE" in test  # gcc's +sme implying SVE is refused
@@ -159,26 +163,35 @@ def test_missing_objdump_warns_on_a_user_machine(
     library = tmp_path / "lib.so"
     library.write_bytes(b"")
     cmd = build_cmd(tmp_path, FakeCompiler(knows_sme=True))
-    cmd._objcheck(sme2_extension(f16=False), [], str(library))
+    cmd._objcheck(sme2_extension("sme2_f32"), [], str(library))
     assert "llvm-objdump (LLVM >= 17) not found" in capsys.readouterr().err
     assert library.exists()
     monkeypatch.setenv(arm_setup.STRICT_ENV, "1")
     with pytest.raises(arm_setup.BuildRefused, match="not found"):
-        cmd._objcheck(sme2_extension(f16=False), [], str(library))
+        cmd._objcheck(sme2_extension("sme2_f32"), [], str(library))
 
 
 def test_not_an_arm_target_declares_no_extension(monkeypatch: pytest.MonkeyPatch) -> None:
     simulate(monkeypatch, "linux-x86_64", "x86_64")
-    assert sme2_setup.sme2_setup_kwargs("pkg._emg_sme2", f16=False) == {}
+    assert sme2_setup.sme2_setup_kwargs(sme2_f32="pkg._emg_sme2") == {}
 
 
 def test_sme2_extension_is_optional_and_keeps_sve_out(monkeypatch: pytest.MonkeyPatch) -> None:
     simulate(monkeypatch, "macosx-11.0-universal2", "arm64")
-    ext = sme2_extension(f16=True)
+    ext = sme2_extension("sme2_f16")
     assert ext.optional
     assert "-march=armv8.7-a+sme2+sme-f16f16" in ext.extra_compile_args
     assert not any("sve" in flag or "armv9" in flag for flag in ext.extra_compile_args)
     assert all("+sme" not in flag for flags in ext.plain.values() for flag in flags)
+
+
+def test_widening_fp16_build_needs_no_f16f16(monkeypatch: pytest.MonkeyPatch) -> None:
+    """sme2_f16w is for SME2 CPUs without FEAT_SME_F16F16 (M4): the compiler must not be allowed F16F16."""
+    simulate(monkeypatch, "linux-aarch64", "aarch64")
+    ext = sme2_extension("sme2_f16w")
+    assert "-march=armv8.7-a+sme2" in ext.extra_compile_args
+    assert not any("f16f16" in flag for flag in ext.extra_compile_args)
+    assert ("EMG_SME_F16", "1") in ext.define_macros and ("EMG_SME_F16_WIDEN", "1") in ext.define_macros
 
 
 def test_neon_needs_no_fp16(monkeypatch: pytest.MonkeyPatch) -> None:
