@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import statistics
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -162,7 +162,7 @@ def pick_backends(
     return entries
 
 
-Cell = tuple[BackendEntry, int, int]  # (backend, d_model, batch)
+Cell = tuple[BackendEntry, int, int, int | None]  # (backend, d_model, batch, threads: None = the default)
 
 
 def measure(
@@ -172,35 +172,54 @@ def measure(
     peak: float | None = None,
     repeats: int = 5,
     target_s: float = 0.3,
-    threads: int | None = None,
 ) -> tuple[list[BenchRow], list[str]]:
-    """Time each (backend, d_model, batch) cell that the backend supports; a note for each it does not.
+    """Time each (backend, d_model, batch, threads) cell that the backend supports; a note for each it does not.
 
-    A backend that raises gets a row holding its error, and the other cells still run.
+    A backend that raises gets a row holding its error, and the other cells still run. A backend that cannot
+    split a step runs every thread request on one thread: its repeats are measured once.
     """
     rows, notes = [], []
-    for entry, d, batch in cells:
+    skipped: set[tuple[str, int, int]] = set()
+    one_thread: set[str] = set()  # backends seen running a request for more threads on one
+    done: set[tuple[str, int, int, int]] = set()
+    for entry, d, batch, threads in cells:
         shape = ModelShape(d, heads_for(d))
         reason = entry.spec.unsupported_reason(shape, batch) if entry.spec else "no spec"
         if reason:
-            notes.append(f"{entry.name} d{d} batch {batch}: skipped ({reason})")
+            if (entry.name, d, batch) not in skipped:
+                notes.append(f"{entry.name} d{d} batch {batch}: skipped ({reason})")
+                skipped.add((entry.name, d, batch))
             continue
+        if entry.name in one_thread and (entry.name, d, batch, 1) in done:
+            continue  # the same one-thread cell again
         try:
-            rows.append(time_steps(entry, shape, batch, data, repeats=repeats, target_s=target_s, peak=peak,
-                                   threads=threads))
+            row = time_steps(entry, shape, batch, data, repeats=repeats, target_s=target_s, peak=peak,
+                             threads=threads)
         except Exception as exc:
             rows.append(failed_row(entry.name, shape, batch, f"{type(exc).__name__}: {exc}"))
+            continue
+        if threads != 1 and row.threads == 1:
+            one_thread.add(entry.name)
+        if (entry.name, d, batch, row.threads) not in done:
+            rows.append(row)
+            done.add((entry.name, d, batch, row.threads))
     return rows, notes
 
 
-def speed_cells(entries: Iterable[BackendEntry], sizes: Iterable[int], batch: int = 16) -> list[Cell]:
-    """Every backend at every size, batch 16: the main table."""
-    return [(entry, d, batch) for entry in entries for d in sizes]
+def speed_cells(
+    entries: Iterable[BackendEntry], sizes: Iterable[int], batch: int = 16, threads: Sequence[int | None] = (None,)
+) -> list[Cell]:
+    """Every backend at every size and thread count, batch 16: the main table. A backend's thread counts run
+    back to back, so their ratio is measured side by side."""
+    return [(entry, d, batch, t) for entry in entries for d in sizes for t in threads]
 
 
-def scaling_cells(entry: BackendEntry, sizes: Iterable[int], batches: Iterable[int] = SCALING_BATCHES) -> list[Cell]:
-    """One backend at every size and batch: the batch-scaling table."""
-    return [(entry, d, b) for d in sizes for b in batches]
+def scaling_cells(
+    entry: BackendEntry, sizes: Iterable[int], batches: Iterable[int] = SCALING_BATCHES,
+    threads: Sequence[int | None] = (None,),
+) -> list[Cell]:
+    """One backend at every size, batch and thread count: the batch-scaling table."""
+    return [(entry, d, b, t) for d in sizes for b in batches for t in threads]
 
 
 def best_backend(

@@ -362,7 +362,8 @@ def bench_cmd(
     d_model: Annotated[list[int] | None, typer.Option(help="sizes to run (repeatable; default 16 32 64 128)")] = None,
     batch_scaling: Annotated[bool, typer.Option("--batch-scaling", help="batch 1/16/64/256 on the best")] = False,
     loss_at: Annotated[
-        float | None, typer.Option(help="also: best loss within this many seconds per size (the seed's bpc@1s)")
+        float | None, typer.Option(help="also: best loss within this many seconds per size (the seed's "
+                                   "bpc@1s; on the last --threads value)")
     ] = None,
     peak_gflops_: Annotated[
         float | None, typer.Option("--peak-gflops", help="one core's FP32 peak to compare against (default: "
@@ -372,7 +373,9 @@ def bench_cmd(
     seconds: Annotated[float, typer.Option(help="timed seconds per cell")] = 0.3,
     data: Annotated[str | None, typer.Option(help=_DATA_HELP)] = None,
     as_json: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
-    threads: Annotated[int | None, typer.Option(help=_THREADS_HELP)] = None,
+    threads: Annotated[list[int] | None, typer.Option(
+        help="threads per step, repeatable to measure several counts side by side (default: the physical "
+             "cores available)")] = None,
     precision: Annotated[str | None, typer.Option(help="only backends computing in this precision: fp32, bf16 or "
                                                   "fp16 (default: every available one)")] = None,
 ) -> None:
@@ -391,8 +394,10 @@ def bench_cmd(
                                ("--peak-gflops", peak_gflops_, math.inf)):
         if value is not None and not (math.isfinite(value) and 0 < value <= bound):
             raise ConfigError(f"{flag} must be a finite number in (0, {bound:g}], got {value}")
-    if threads is not None and threads < 1:
-        raise ConfigError(f"--threads must be >= 1, got {threads}")
+    for count in threads or ():
+        if count < 1:
+            raise ConfigError(f"--threads must be >= 1, got {count}")
+    thread_counts: list[int | None] = list(dict.fromkeys(threads)) if threads else [None]
     if precision is not None and precision not in PRECISIONS:
         raise ConfigError(f"--precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
     registry = load_registry()
@@ -406,19 +411,19 @@ def bench_cmd(
     peak_source = "--peak-gflops" if peak_gflops_ else (f"measured by {measured.source}" if measured else None)
     console = _wide_console(stderr=as_json)
     console.print(f"timing {', '.join(e.name for e in entries)} at d_model {', '.join(map(str, sizes))} ...")
-    timing = {"peak": peak, "repeats": repeats, "target_s": seconds, "threads": threads}
-    rows, notes = bench.measure(bench.speed_cells(entries, sizes), train_set, **timing)
+    timing = {"peak": peak, "repeats": repeats, "target_s": seconds}
+    rows, notes = bench.measure(bench.speed_cells(entries, sizes, threads=thread_counts), train_set, **timing)
     scaling: list[bench.BenchRow] = []
     losses: list[bench.LossRow] = []
     best = bench.best_backend(registry, backend, sizes, precision) if (batch_scaling or loss_at) else None
     if batch_scaling and best is not None:
         console.print(f"batch scaling on {best.name} ...")
-        scaling, more = bench.measure(bench.scaling_cells(best, sizes), train_set, **timing)
+        scaling, more = bench.measure(bench.scaling_cells(best, sizes, threads=thread_counts), train_set, **timing)
         notes += more
     if loss_at is not None and best is not None:
         console.print(f"loss within {loss_at:g} s on {best.name} ...")
         prepared = PreparedData(train_set, val_set, 0, 0)
-        losses = bench.loss_at(registry, best, sizes, prepared, str(data_path), loss_at, threads)
+        losses = bench.loss_at(registry, best, sizes, prepared, str(data_path), loss_at, thread_counts[-1])
     if as_json:
         payload = bench.as_json(speed=rows, batch_scaling=scaling, loss_at=losses, notes=notes,
                                 peak_gflops=peak, peak_source=peak_source, flops_formula=bench.__doc__)

@@ -88,6 +88,20 @@ def test_bench_json_names_threads_and_precision(names_file: Path) -> None:
         assert row["pct_peak"] == pytest.approx(row["gflops"] / 2)  # of two cores' peak, 2 x 100 GFLOP/s
 
 
+def test_bench_measures_several_thread_counts_side_by_side(names_file: Path) -> None:
+    """Repeated --threads: a row per count for a backend that splits steps, one row for one that cannot."""
+    registry = load_registry()
+    split = "avx512" if (e := registry.get("avx512")) is not None and e.available else None
+    for name in filter(None, ("numpy_ref", split)):
+        result = CliRunner().invoke(cli.app, [
+            "bench", "--backend", name, "--d-model", "16", "--d-model", "32", "--seconds", "0.03", "--repeats", "1",
+            "--threads", "1", "--threads", "2", "--data", str(names_file), "--json",
+        ])
+        assert result.exit_code == 0, result.output
+        rows = [(r["d_model"], r["threads"]) for r in json.loads(result.stdout)["speed"]]
+        assert rows == ([(16, 1), (16, 2), (32, 1), (32, 2)] if name == split else [(16, 1), (32, 1)])
+
+
 def test_bench_precision_picks_the_backends_of_that_precision(names_file: Path) -> None:
     registry = load_registry()
     bf16 = sorted(e.name for e in registry.available() if e.spec and e.spec.precision == "bf16")
