@@ -149,7 +149,7 @@ def test_spec_asks_the_library_for_shapes(
     assert found.unsupported_reason(ModelShape(d_model, n_heads), batch) == message
 
 
-def test_auto_prefers_sme2_f32_from_d64_and_never_sme2_f16(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_auto_prefers_sme2_f32_from_d64_and_fp16_only_on_request(monkeypatch: pytest.MonkeyPatch) -> None:
     """With SME2 + F16F16 reported and the libraries present, `auto` takes sme2_f32 where it can run."""
     monkeypatch.setattr(probe, "unavailable_reason", lambda name, f16f16: None)
     monkeypatch.setattr(probe, "streaming_vector_bits", lambda: 512)
@@ -161,8 +161,9 @@ def test_auto_prefers_sme2_f32_from_d64_and_never_sme2_f16(monkeypatch: pytest.M
     for d_model, n_heads in ((64, 4), (128, 4), (128, 8)):
         assert registry.select("auto", ModelShape(d_model, n_heads), 16).name == "sme2_f32"
     for d_model in (16, 32):
-        assert registry.select("auto", ModelShape(d_model, 4), 16).name not in ("sme2_f32", "sme2_f16")
-    assert registry.get("sme2_f16").score == 0
+        assert registry.select("auto", ModelShape(d_model, 4), 16).name not in ("sme2_f32", "sme2_f16", "sme2_f16w")
+    # fp16 only on request: the best fp16 backend (sme2_f16w: fp32 accumulation, base SME) for precision fp16
+    assert registry.select("auto", ModelShape(64, 4), 16, precision="fp16").name == "sme2_f16w"
 
 
 @pytest.mark.skipif(not ON_ARM, reason="needs the real neon and sme2_f32 libraries (aarch64 lane)")
