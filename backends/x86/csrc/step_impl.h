@@ -181,9 +181,11 @@ static void FN(step_part)(void *ctx, int tid, int n) {
 
 /* Pack, then run every participant's part of the step; returns the mean loss. */
 static float FN(run_step)(struct emg_step_job *job, int batch, const uint8_t *tokens) {
-    const int P = emg_x86_pack(job->s, batch, tokens, job->lengths);
+    const int chunks = emg_x86_chunks(job->s, batch);
+    emg_x86_job_participants(job, chunks);
+    const int P = emg_x86_pack(job->s, batch, tokens, job->lengths, chunks);
     job->inv_p = 1.0f / (float)P;
-    emg_pool_run(emg_x86_pool(job->s), FN(step_part), job);
+    emg_pool_run(job->pool, FN(step_part), job);
     return emg_x86_loss(job);
 }
 
