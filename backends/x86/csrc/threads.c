@@ -86,11 +86,27 @@ float *emg_x86_chunk_grads(const struct emg_session *s, int tid, float *grads) {
     return s->threads->grads + (size_t)(tid - 1) * (size_t)s->core.layout.n_params;
 }
 
-/* [lo, hi) of participant tid's parameter share: n_params split in whole 16-float blocks. */
-static void share(long n_params, int tid, int n, long *lo, long *hi) {
+void emg_x86_share(long n_params, int tid, int n, long *lo, long *hi) {
     const long blocks = n_params / 16;
     *lo = blocks * tid / n * 16;
     *hi = tid == n - 1 ? n_params : blocks * (tid + 1) / n * 16;
+}
+
+/* The first row of participant t's rows (t = n: rows): monotonic in t, so the ranges tile the matrix. */
+static int row_boundary(long n_params, long off, int rows, int ld, int tile, int t, int n) {
+    if (t == 0) return 0;
+    if (t == n) return rows;
+    long lo, hi;
+    emg_x86_share(n_params, t, n, &lo, &hi);
+    long r = lo <= off ? 0 : (lo - off + ld - 1) / ld; /* the first row starting at or after lo */
+    r = (r + tile / 2) / tile * tile;
+    return r < rows ? (int)r : rows;
+}
+
+void emg_x86_share_rows(long n_params, long off, int rows, int ld, int tile, int tid, int n, int *row_lo,
+                        int *row_hi) {
+    *row_lo = row_boundary(n_params, off, rows, ld, tile, tid, n);
+    *row_hi = row_boundary(n_params, off, rows, ld, tile, tid + 1, n);
 }
 
 float emg_x86_loss(const struct emg_step_job *job) {
@@ -108,7 +124,7 @@ int emg_x86_reduce(struct emg_step_job *job, int tid, int n) {
     emg_pool_barrier(job->pool);
     if (job->train && !isfinite(emg_x86_loss(job))) return 0; /* every participant sees the same sums */
     long lo, hi;
-    share(s->core.layout.n_params, tid, n, &lo, &hi);
+    emg_x86_share(s->core.layout.n_params, tid, n, &lo, &hi);
     float *grads = job->grads;
     for (int t = 1; t < n; t++) {
         if (s->chunks[t].seq1 == s->chunks[t].seq0) continue; /* an empty chunk wrote nothing */

@@ -69,6 +69,15 @@ float *emg_x86_chunk_grads(const struct emg_session *s, int tid, float *grads);
  * were updated (the transposed copies are then stale). */
 int emg_x86_reduce(struct emg_step_job *job, int tid, int n);
 
+/* [lo, hi) of participant tid's share of the parameters (Adam, the gradient sum): whole 16-float blocks. */
+void emg_x86_share(long n_params, int tid, int n, long *lo, long *hi);
+
+/* The rows [*row_lo, *row_hi) of the rows x ld matrix at parameter offset `off` that participant tid rebuilds
+ * the transposed copy of: those starting in its share, the boundaries rounded to multiples of `tile` rows.
+ * So a participant reads the weights its own Adam just wrote (in its cache), not the other cores'. */
+void emg_x86_share_rows(long n_params, long off, int rows, int ld, int tile, int tid, int n, int *row_lo,
+                        int *row_hi);
+
 /* After the region: the batch's mean loss (chunk sums added in participant order). */
 float emg_x86_loss(const struct emg_step_job *job);
 
