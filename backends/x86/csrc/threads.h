@@ -43,9 +43,10 @@ struct emg_step_job {
 struct emg_pool *emg_x86_pool(const struct emg_session *s);
 int emg_x86_threads(const struct emg_session *s);
 
-/* A participant gets a chunk only with at least this many sequences of the batch: below that, the second
- * core's hand-offs and cache-line transfers cost more than its share of the work saves (measured on 2 Zen 4
- * vCPUs at d64: batch 1 was 1.4x slower on 2 threads, batch 2 1.07x slower, batch 4 1.05x faster). */
+/* A chunk gets at least this many sequences of the batch: below that, the second core's hand-offs and
+ * cache-line transfers cost about what its share of the work saves (2 Zen 4 vCPUs at d64, one chunk per
+ * thread: batch 1 was 1.4x slower on 2 threads than on 1, batch 2 1.07x slower, batch 4 only 1.05x faster,
+ * batch 8 1.31x faster; README "Threads"). */
 #define EMG_X86_MIN_SEQS_PER_CHUNK 4
 
 /* How many chunks a batch is split into with the session's threads: min(threads, batch / MIN_SEQS), at
