@@ -24,8 +24,9 @@
 #define TN gemm_tn
 #endif
 
-/* Participant tid of n rebuilds every n-th 16-row block of each transposed copy (avx512_bf16: of each packed
- * copy, the forward ones straight from the weights). */
+/* Participant tid of n rebuilds the rows of each transposed copy whose weights its own Adam share updated
+ * (threads.h emg_x86_share_rows); avx512_bf16: every n-th 16-row block of each packed copy, the forward ones
+ * straight from the weights. */
 static void FN(sync_part)(void *ctx, int tid, int n) {
     struct emg_session *s = ctx;
     const float *p = s->core.params;
@@ -43,11 +44,18 @@ static void FN(sync_part)(void *ctx, int tid, int n) {
     pack_pairs(wo, D, D, D, D, (uint32_t *)s->pk_o, tid, n);
     pack_pairs(wqkv, D, 3 * D, 3 * D, D, (uint32_t *)s->pk_qkv, tid, n);
 #else
-    transpose_part(wqkv, 3 * D, D, D, s->wqkv_t, 3 * D, tid, n);
-    transpose_part(wo, D, D, D, s->wo_t, D, tid, n);
-    transpose_part(wf1, F, D, D, s->wf1_t, F, tid, n);
-    transpose_part(wf2, D, F, F, s->wf2_t, D, tid, n);
-    transpose_part(wlm, EMG_VOCAB, D, D, s->wlm_t, LOGIT_LD, tid, n); /* columns VOCAB..31 stay zero */
+#define TRANSPOSE_OWN(w, rows, cols, dst, ld_dst)                                                          \
+    do {                                                                                                   \
+        int lo_, hi_;                                                                                      \
+        emg_x86_share_rows(s->core.layout.n_params, (w) - p, rows, cols, TILE, tid, n, &lo_, &hi_);        \
+        transpose_rows(w, rows, cols, cols, dst, ld_dst, lo_, hi_);                                        \
+    } while (0)
+    TRANSPOSE_OWN(wqkv, 3 * D, D, s->wqkv_t, 3 * D);
+    TRANSPOSE_OWN(wo, D, D, s->wo_t, D);
+    TRANSPOSE_OWN(wf1, F, D, s->wf1_t, F);
+    TRANSPOSE_OWN(wf2, D, F, s->wf2_t, D);
+    TRANSPOSE_OWN(wlm, EMG_VOCAB, D, s->wlm_t, LOGIT_LD); /* columns VOCAB..31 stay zero */
+#undef TRANSPOSE_OWN
 #endif
 }
 
@@ -181,9 +189,11 @@ static void FN(step_part)(void *ctx, int tid, int n) {
 
 /* Pack, then run every participant's part of the step; returns the mean loss. */
 static float FN(run_step)(struct emg_step_job *job, int batch, const uint8_t *tokens) {
-    const int P = emg_x86_pack(job->s, batch, tokens, job->lengths);
+    const int chunks = emg_x86_chunks(job->s, batch);
+    emg_x86_job_participants(job, chunks);
+    const int P = emg_x86_pack(job->s, batch, tokens, job->lengths, chunks);
     job->inv_p = 1.0f / (float)P;
-    emg_pool_run(emg_x86_pool(job->s), FN(step_part), job);
+    emg_pool_run(job->pool, FN(step_part), job);
     return emg_x86_loss(job);
 }
 

@@ -40,18 +40,31 @@ int emg_x86_set_threads(struct emg_session *s, int n) {
     return EMG_OK;
 }
 
-int emg_x86_pack(struct emg_session *s, int batch, const uint8_t *tokens, const uint8_t *lengths) {
+int emg_x86_chunks(const struct emg_session *s, int batch) {
+    const int by_batch = batch / EMG_X86_MIN_SEQS_PER_CHUNK, n = emg_x86_threads(s);
+    return by_batch < 1 ? 1 : by_batch < n ? by_batch : n;
+}
+
+void emg_x86_job_participants(struct emg_step_job *job, int chunks) {
+    job->pool = chunks > 1 ? emg_x86_pool(job->s) : NULL;
+    job->n = chunks > 1 ? emg_x86_threads(job->s) : 1;
+}
+
+int emg_x86_pack(struct emg_session *s, int batch, const uint8_t *tokens, const uint8_t *lengths, int chunks) {
     const int n = emg_x86_threads(s);
     int P = 0;
     for (int b = 0; b < batch; b++) P += lengths[b] - 1;
     int b = 0, row = 0, done = 0;
     for (int t = 0; t < n; t++) {
         struct emg_chunk *c = &s->chunks[t];
-        const long target = (long)P * (t + 1) / n; /* live rows packed once this chunk is full */
+        /* Twice the live rows packed once this chunk is full: it takes the next sequence while that sequence's
+         * middle lies below the target, so a chunk misses its share by at most half a sequence. */
+        const long target2 = 2L * P * (t + 1) / chunks;
         c->seq0 = b;
         c->row0 = row;
         c->rows = 0;
-        while (b < batch && (t == n - 1 || c->rows == 0 || done + c->rows < target)) {
+        while (t < chunks && b < batch
+               && (t == chunks - 1 || c->rows == 0 || 2L * (done + c->rows) + lengths[b] - 1 <= target2)) {
             const uint8_t *tk = tokens + (long)b * EMG_MAX_SEQ;
             for (int i = 0; i + 1 < lengths[b]; i++) {
                 const int r = row + c->rows++;
@@ -73,17 +86,33 @@ float *emg_x86_chunk_grads(const struct emg_session *s, int tid, float *grads) {
     return s->threads->grads + (size_t)(tid - 1) * (size_t)s->core.layout.n_params;
 }
 
-/* [lo, hi) of participant tid's parameter share: n_params split in whole 16-float blocks. */
-static void share(long n_params, int tid, int n, long *lo, long *hi) {
+void emg_x86_share(long n_params, int tid, int n, long *lo, long *hi) {
     const long blocks = n_params / 16;
     *lo = blocks * tid / n * 16;
     *hi = tid == n - 1 ? n_params : blocks * (tid + 1) / n * 16;
 }
 
+/* The first row of participant t's rows (t = n: rows): monotonic in t, so the ranges tile the matrix. */
+static int row_boundary(long n_params, long off, int rows, int ld, int tile, int t, int n) {
+    if (t == 0) return 0;
+    if (t == n) return rows;
+    long lo, hi;
+    emg_x86_share(n_params, t, n, &lo, &hi);
+    long r = lo <= off ? 0 : (lo - off + ld - 1) / ld; /* the first row starting at or after lo */
+    r = (r + tile / 2) / tile * tile;
+    return r < rows ? (int)r : rows;
+}
+
+void emg_x86_share_rows(long n_params, long off, int rows, int ld, int tile, int tid, int n, int *row_lo,
+                        int *row_hi) {
+    *row_lo = row_boundary(n_params, off, rows, ld, tile, tid, n);
+    *row_hi = row_boundary(n_params, off, rows, ld, tile, tid + 1, n);
+}
+
 float emg_x86_loss(const struct emg_step_job *job) {
     double total = 0.0;
     int P = 0;
-    for (int t = 0; t < emg_x86_threads(job->s); t++) {
+    for (int t = 0; t < job->n; t++) {
         total += job->totals[t];
         P += job->s->chunks[t].rows;
     }
@@ -92,10 +121,10 @@ float emg_x86_loss(const struct emg_step_job *job) {
 
 int emg_x86_reduce(struct emg_step_job *job, int tid, int n) {
     struct emg_session *s = job->s;
-    emg_pool_barrier(emg_x86_pool(s));
+    emg_pool_barrier(job->pool);
     if (job->train && !isfinite(emg_x86_loss(job))) return 0; /* every participant sees the same sums */
     long lo, hi;
-    share(s->core.layout.n_params, tid, n, &lo, &hi);
+    emg_x86_share(s->core.layout.n_params, tid, n, &lo, &hi);
     float *grads = job->grads;
     for (int t = 1; t < n; t++) {
         if (s->chunks[t].seq1 == s->chunks[t].seq0) continue; /* an empty chunk wrote nothing */
@@ -105,11 +134,11 @@ int emg_x86_reduce(struct emg_step_job *job, int tid, int n) {
     if (!job->train) return 0;
     /* The shared layer's update gate (emg_backend.h): no update unless every summed gradient is finite. */
     job->bad[tid] = !emg_all_finite(grads + lo, hi - lo);
-    emg_pool_barrier(emg_x86_pool(s));
+    emg_pool_barrier(job->pool);
     for (int t = 0; t < n; t++)
         if (job->bad[t]) return 0;
     const emg_core *c = &s->core;
     (void)adam_update(c->params + lo, c->adam_m + lo, c->adam_v + lo, grads + lo, hi - lo, c->step + 1, job->lr);
-    emg_pool_barrier(emg_x86_pool(s)); /* every parameter is updated before any transposed copy is rebuilt */
+    emg_pool_barrier(job->pool); /* every parameter is updated before any transposed copy is rebuilt */
     return 1;
 }

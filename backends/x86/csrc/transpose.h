@@ -7,11 +7,12 @@
 
 #define TILE 16
 
-/* dst[c * ld_dst + r] = src[r * ld_src + c] for r < rows, c < cols; participant tid of n does the blocks of
- * rows r0 = TILE * (tid + k * n). Whole VW x VW blocks go through registers (v_transpose): the scalar loop
- * cost ~5% of the d64 step. */
-AI void transpose_part(const float *src, int rows, int cols, int ld_src, float *dst, int ld_dst, int tid, int n) {
-    for (int r0 = TILE * tid; r0 < rows; r0 += TILE * n)
+/* dst[c * ld_dst + r] = src[r * ld_src + c] for row_lo <= r < row_hi (row_lo a multiple of TILE; row_hi one
+ * too, or rows), c < cols. Whole VW x VW blocks go through registers (v_transpose): the scalar loop cost ~5%
+ * of the d64 step. */
+AI void transpose_rows(const float *src, int rows, int cols, int ld_src, float *dst, int ld_dst, int row_lo,
+                       int row_hi) {
+    for (int r0 = row_lo; r0 < row_hi; r0 += TILE)
         for (int c0 = 0; c0 < cols; c0 += TILE) {
             const int r1 = r0 + TILE < rows ? r0 + TILE : rows, c1 = c0 + TILE < cols ? c0 + TILE : cols;
             if (r1 - r0 == TILE && c1 - c0 == TILE) {

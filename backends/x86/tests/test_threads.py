@@ -1,5 +1,6 @@
 """A step split across threads (emg_set_threads): the same gradients as one thread, bit-identical runs for a
-given thread count, chunks left empty when the batch is smaller than the pool and the C argument checks.
+given thread count, the rule for how many chunks a batch is split into, chunks left empty when there are
+fewer chunks than threads and the C argument checks.
 The conformance kit on 2 and 3 threads is in test_conformance.py."""
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ def _session(lib_path: str, shape: ModelShape, threads: int, params: np.ndarray,
 @pytest.mark.parametrize(("d_model", "n_heads", "batch"), [(16, 4, 1), (16, 4, 5), (64, 8, 16), (128, 4, 256)])
 def test_threaded_gradients_match_float64(lib_path: str, threads: int, d_model: int, n_heads: int,
                                           batch: int) -> None:
-    """Batch 1 and 5 leave some of 7 chunks empty; 256 gives every thread several hundred rows."""
+    """Batch 1 and 5 run as one chunk, 16 on 7 threads leaves 3 of 7 chunks empty (MIN_SEQS_PER_CHUNK = 4);
+    256 gives every thread several hundred rows."""
     shape = ModelShape(d_model, n_heads)
     ref = clear_inputs(shape, batch)
     session = _session(lib_path, shape, threads, ref.params)
@@ -60,6 +62,21 @@ def test_same_threads_give_bit_identical_runs(lib_path: str, threads: int) -> No
     if threads > 1:  # another thread count sums in another order: close, not necessarily equal
         losses_1, _ = _run(lib_path, shape, 1, 30, 24)
         assert np.max(np.abs(losses_1 - losses_a)) < 1e-4
+
+
+@pytest.mark.parametrize(("batch", "threads", "same_as"), [(7, 2, 1), (4, 3, 1), (8, 3, 2), (12, 7, 3)])
+def test_a_batch_is_split_into_min_threads_and_batch_over_4_chunks(lib_path: str, batch: int, threads: int,
+                                                                   same_as: int) -> None:
+    """threads.h's rule: min(threads, batch // 4) chunks, at least 1. So `threads` threads give bit-identical
+    results to `same_as` threads, while the `same_as + 1` split differs (in the last bits) when it exists."""
+    shape = ModelShape(32, 4)
+    losses_a, state_a = _run(lib_path, shape, threads, 12, batch)
+    losses_b, state_b = _run(lib_path, shape, same_as, 12, batch)
+    assert np.array_equal(losses_a, losses_b)
+    assert np.array_equal(state_a.params, state_b.params)
+    if same_as > 1:
+        _, state_1 = _run(lib_path, shape, 1, 12, batch)
+        assert not np.array_equal(state_1.params, state_a.params)  # a split that sums in another order
 
 
 def test_thread_count_can_change_mid_session(lib_path: str) -> None:
