@@ -157,8 +157,12 @@ def pick_backends(
         assert entry is not None
         return [entry]
     entries = [e for e in registry.available() if precision is None or precision_of(e) == precision]
+    if not entries and precision is not None:  # say why each backend of that precision cannot run, not a shape
+        why = "; ".join(e.status_reason for e in registry.entries if e.spec and e.spec.precision == precision)
+        raise BackendSelectionError(f"no available backend computes in {precision} here"
+                                    + (f" ({why})" if why else " (none is installed)"))
     if not entries:
-        registry.select(None, ModelShape(32), 16, precision=precision)  # raises: says what is missing
+        registry.select(None, ModelShape(32), 16)  # raises: says what to install
     return entries
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import platform
 from pathlib import Path
 
 import numpy as np
@@ -130,6 +131,8 @@ def test_bench_precision_picks_the_backends_of_that_precision(names_file: Path) 
         (["--d-model", "4096"], "--d-model 4096"),
         (["--threads", "0"], "--threads must be >= 1, got 0"),
         (["--precision", "fp8"], "--precision must be one of fp32, bf16, fp16, got 'fp8'"),
+        (["--precision", "fp16"] if platform.machine() == "x86_64" else ["--precision", "fp8"],
+         "no available backend computes in fp16 here" if platform.machine() == "x86_64" else "--precision"),
         (["--backend", "numpy_ref", "--precision", "bf16"],
          "backend 'numpy_ref' computes in fp32, not the requested precision bf16"),
     ],
