@@ -31,7 +31,9 @@ OK, ARGUMENT, UNSUPPORTED, NOMEM, NONFINITE = 0, 1, 2, 3, 4
 # Shapes tried in order; the first one the library supports is the one under test.
 CANDIDATE_SHAPES = ((16, 4), (32, 4), (64, 4), (64, 8), (128, 4), (128, 8))
 INVALID_SHAPES = ((16, 3), (16, 8), (0, 4), (-16, 4), (16, 0), (16, -4))  # ModelShape refuses each
-SESSION_BATCH = 4
+# The non-finite rules run on batches this large: a threaded session then really splits the step (the x86
+# backend gives a chunk at least 4 sequences; a smaller batch runs inline and would test nothing threaded).
+SESSION_BATCH = 16
 
 
 @dataclass
@@ -302,7 +304,7 @@ class NativeAbiContract:
         st = fresh(shape)
         views(shape, st.params)["Wlm"][:] = bad
         raw.set(st)
-        tokens, lengths = batches(3, 2, seed=10)
+        tokens, lengths = batches(3, SESSION_BATCH, seed=10)
         losses = np.zeros(3, np.float32)
         assert raw.train(tokens, lengths, np.full(3, 1e-2, np.float32), losses) == NONFINITE
         assert not np.isfinite(losses[0])  # the loss that stopped the call is reported
@@ -323,7 +325,7 @@ class NativeAbiContract:
         emb = views(shape, st.params)
         emb["tok_emb"][5] = 3e38
         emb["pos_emb"][1] = 3e38
-        tokens, lengths = batches(3, 2, seed=11, avoid=5)
+        tokens, lengths = batches(3, SESSION_BATCH, seed=11, avoid=5)
         tokens[1, 0, 1] = 5
         lrs = np.full(3, 1e-2, np.float32)
         whole, first = self.open(lib, shape), self.open(lib, shape)
@@ -341,15 +343,20 @@ class NativeAbiContract:
             whole.close()
             first.close()
 
-    def test_update_that_overflows_is_non_finite(self, raw: Raw, shape: ModelShape) -> None:
-        """Huge first moments with zero second moments overflow the Adam step: caught after the update."""
+    @pytest.mark.parametrize("where", ["all", "first", "last"])
+    def test_update_that_overflows_is_non_finite(self, raw: Raw, shape: ModelShape, where: str) -> None:
+        """Huge first moments with zero second moments overflow the Adam step: caught after the update. One
+        parameter alone (the first or the last: on a threaded step, the first and the last thread's share of a
+        fused update) must be caught too."""
         st = fresh(shape, step=1000)
-        st.m[:] = 3e38
+        st.m[{"all": slice(None), "first": 0, "last": -1}[where]] = 3e38
         st.v[:] = 0.0
         raw.set(st)
-        tokens, lengths = batches(1, 2, seed=12)
+        tokens, lengths = batches(1, SESSION_BATCH, seed=12)
         losses = np.zeros(1, np.float32)
         assert raw.train(tokens, lengths, np.ones(1, np.float32), losses) == NONFINITE
         assert np.isfinite(losses[0])  # the loss was fine; the update was not
         after = raw.get()
         assert after.step == st.step + 1 and not np.isfinite(after.params).all()
+        if where != "all":
+            assert np.count_nonzero(~np.isfinite(after.params)) == 1

@@ -11,7 +11,8 @@
 #include "simd.h"
 #include "eemicrogpt.h"
 
-/* Returns 0 when every updated parameter is finite, else 1. n must be a multiple of VW. */
+/* Returns 0 when every updated parameter is finite, else 1: emg_all_finite's rule (x * 0 is NaN exactly for Inf
+ * and NaN), judged in this pass so the fused step need not read the parameters again. n: a multiple of VW. */
 static int adam_update(float *p, float *m, float *v, const float *g, long n, int64_t step, float lr) {
     const double bc1 = 1.0 - pow((double)EMG_ADAM_BETA1, (double)step);
     const double bc2 = 1.0 - pow((double)EMG_ADAM_BETA2, (double)step);

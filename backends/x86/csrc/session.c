@@ -76,8 +76,9 @@ static void adam(struct emg_session *s, float lr) {
     (void)adam_update(c->params, c->adam_m, c->adam_v, c->grads, c->layout.n_params, c->step, lr);
 }
 
-static float train_step(struct emg_session *s, int batch, const uint8_t *tokens, const uint8_t *lengths, float lr) {
-    return s->k->train_step(s, batch, tokens, lengths, lr);
+static int train_step(struct emg_session *s, int batch, const uint8_t *tokens, const uint8_t *lengths, float lr,
+                      float *loss) {
+    return s->k->train_step(s, batch, tokens, lengths, lr, loss);
 }
 
 const emg_backend emg_this_backend = {.supports = supports, .init = init, .release = release,

@@ -18,8 +18,10 @@ struct emg_kernel {
     void (*loss_and_grad)(struct emg_session *s, int batch, const uint8_t *tokens, const uint8_t *lengths,
                           float *loss, float *grads);
     /* The shared layer's fused train_step hook (emg_backend.h): forward, backward, the finiteness gate,
-     * Adam and the transposed copies in one pool region. */
-    float (*train_step)(struct emg_session *s, int batch, const uint8_t *tokens, const uint8_t *lengths, float lr);
+     * Adam (which also judges the parameters it writes) and the transposed copies in one pool region;
+     * returns the verdict (enum emg_step_verdict). */
+    int (*train_step)(struct emg_session *s, int batch, const uint8_t *tokens, const uint8_t *lengths, float lr,
+                      float *loss);
     /* Rebuild the transposed weight copies from params (after every parameter change). */
     void (*sync_transposed)(struct emg_session *s);
 };

@@ -204,11 +204,12 @@ static void FN(loss_and_grad)(struct emg_session *s, int batch, const uint8_t *t
 }
 
 /* The shared layer's fused step (emg_backend.h train_step): one region for the chunks, the gradient sum,
- * the finiteness gate, Adam and the transposed copies; the layer counts the update and checks the result. */
-static float FN(train_step)(struct emg_session *s, int batch, const uint8_t *tokens, const uint8_t *lengths,
-                            float lr) {
+ * the finiteness gate, Adam and the transposed copies; the layer counts the update and acts on the verdict. */
+static int FN(train_step)(struct emg_session *s, int batch, const uint8_t *tokens, const uint8_t *lengths, float lr,
+                          float *loss) {
     struct emg_step_job job = {.s = s, .lengths = lengths, .grads = s->core.grads, .train = 1, .lr = lr};
-    return FN(run_step)(&job, batch, tokens);
+    *loss = FN(run_step)(&job, batch, tokens);
+    return emg_x86_verdict(&job);
 }
 
 static const struct emg_kernel FN(kernel) = {D_MODEL, N_HEADS, FN(loss_and_grad), FN(train_step),

@@ -138,7 +138,16 @@ int emg_x86_reduce(struct emg_step_job *job, int tid, int n) {
     for (int t = 0; t < n; t++)
         if (job->bad[t]) return 0;
     const emg_core *c = &s->core;
-    (void)adam_update(c->params + lo, c->adam_m + lo, c->adam_v + lo, grads + lo, hi - lo, c->step + 1, job->lr);
+    job->params_bad[tid] =
+        adam_update(c->params + lo, c->adam_m + lo, c->adam_v + lo, grads + lo, hi - lo, c->step + 1, job->lr);
+    if (tid == 0) job->updated = 1;
     emg_pool_barrier(job->pool); /* every parameter is updated before any transposed copy is rebuilt */
     return 1;
+}
+
+int emg_x86_verdict(const struct emg_step_job *job) {
+    if (!job->updated) return EMG_STEP_SKIPPED;
+    for (int t = 0; t < job->n; t++)
+        if (job->params_bad[t]) return EMG_STEP_UPDATED_NONFINITE;
+    return EMG_STEP_UPDATED;
 }

@@ -37,6 +37,8 @@ struct emg_step_job {
     float inv_p; /* 1 / live rows of the whole batch */
     double totals[EMG_X86_MAX_THREADS]; /* loss sum per chunk */
     int bad[EMG_X86_MAX_THREADS];       /* a participant's share of the summed gradient is not finite */
+    int params_bad[EMG_X86_MAX_THREADS]; /* a parameter of its Adam share is not finite after the update */
+    int updated;                         /* Adam ran (every participant's share) */
 };
 
 /* The session's pool (NULL with one thread) and its participant count. */
@@ -81,6 +83,9 @@ void emg_x86_share_rows(long n_params, long off, int rows, int ld, int tile, int
 
 /* After the region: the batch's mean loss (chunk sums added in participant order). */
 float emg_x86_loss(const struct emg_step_job *job);
+
+/* After a training region: the verdict for the shared layer (enum emg_step_verdict). */
+int emg_x86_verdict(const struct emg_step_job *job);
 
 /* The shared layer's set_threads hook (emg_set_threads has checked s and n >= 1): n participants per step. */
 int emg_x86_set_threads(struct emg_session *s, int n);
