@@ -134,6 +134,12 @@ class StepModel:
         upper = np.triu(np.ones((MAX_SEQ, MAX_SEQ), dtype=bool), k=1)
         self.causal = np.where(upper, -np.inf, 0.0).astype(self.dtype)
 
+    def weight_matmul(self, a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """a @ b for every product with a weight matrix (forward and input gradients) and every weight
+        gradient: the GEMMs a reduced-precision backend rounds the operands of. A model of such a backend
+        overrides this (the x86 bf16 tests do); attention's own products and the embedding sums stay exact."""
+        return np.matmul(a, b, out=out)
+
     def _qkv_view(self, flat: np.ndarray) -> np.ndarray:
         d = self.shape.d_model
         start = self.shape.offsets["Wq"]
@@ -157,25 +163,25 @@ class StepModel:
         h1, r1 = rms_norm(x0)
 
         # Attention works on whole sequences: project the packed rows, then lay them out as [B, T].
-        qkv = batch.to_grid(h1 @ self.p_qkv.T)  # [B, T, 3D]; dead positions are zero
+        qkv = batch.to_grid(self.weight_matmul(h1, self.p_qkv.T))  # [B, T, 3D]; dead positions are zero
         q, k, v = (_heads(part, n_heads) for part in np.split(qkv, 3, axis=-1))  # [B, H, T, hd] each
         scores = (q @ k.swapaxes(-1, -2)) * self.scale + self.causal[:t, :t]  # [B, H, T, T]
         scores -= scores.max(axis=-1, keepdims=True)
         probs_att = np.exp(scores)
         probs_att /= probs_att.sum(axis=-1, keepdims=True)
         att = batch.to_rows(_merge_heads(probs_att @ v))  # [N, D]
-        x1 = x0 + att @ p["Wo"].T
+        x1 = x0 + self.weight_matmul(att, p["Wo"].T)
 
         h2, r2 = rms_norm(x1)
-        pre = h2 @ p["Wf1"].T  # [N, 4D]
+        pre = self.weight_matmul(h2, p["Wf1"].T)  # [N, 4D]
         hidden = np.maximum(pre, 0)
-        x2 = x1 + hidden @ p["Wf2"].T
+        x2 = x1 + self.weight_matmul(hidden, p["Wf2"].T)
 
         cache = dict(
             x0=x0, r0=r0, h1=h1, r1=r1, q=q, k=k, v=v, probs_att=probs_att, att=att,
             x1=x1, h2=h2, r2=r2, pre=pre, hidden=hidden, x2=x2,
         )
-        return x2 @ p["Wlm"].T, cache  # [N, VOCAB]
+        return self.weight_matmul(x2, p["Wlm"].T), cache  # [N, VOCAB]
 
     # ---- backward -----------------------------------------------------------------------------------
     def backward(self, batch: Batch, c: dict[str, np.ndarray]) -> None:
@@ -189,18 +195,18 @@ class StepModel:
         dlogits = np.exp(c["log_probs"])
         dlogits[np.arange(n), batch.targets] -= 1
         dlogits *= self.dtype.type(1.0 / n)
-        np.matmul(dlogits.T, c["x2"], out=g["Wlm"])
-        dx2 = dlogits @ p["Wlm"]
+        self.weight_matmul(dlogits.T, c["x2"], out=g["Wlm"])
+        dx2 = self.weight_matmul(dlogits, p["Wlm"])
 
         # FFN: x2 = x1 + Wf2 relu(Wf1 h2).
-        np.matmul(dx2.T, c["hidden"], out=g["Wf2"])
-        dpre = (dx2 @ p["Wf2"]) * (c["pre"] > 0)
-        np.matmul(dpre.T, c["h2"], out=g["Wf1"])
-        dx1 = dx2 + rms_norm_backward(dpre @ p["Wf1"], c["h2"], c["r2"])
+        self.weight_matmul(dx2.T, c["hidden"], out=g["Wf2"])
+        dpre = self.weight_matmul(dx2, p["Wf2"]) * (c["pre"] > 0)
+        self.weight_matmul(dpre.T, c["h2"], out=g["Wf1"])
+        dx1 = dx2 + rms_norm_backward(self.weight_matmul(dpre, p["Wf1"]), c["h2"], c["r2"])
 
         # Attention output projection: x1 = x0 + Wo att.
-        np.matmul(dx1.T, c["att"], out=g["Wo"])
-        datt = _heads(batch.to_grid(dx1 @ p["Wo"]), self.shape.n_heads)  # [B, H, T, hd]
+        self.weight_matmul(dx1.T, c["att"], out=g["Wo"])
+        datt = _heads(batch.to_grid(self.weight_matmul(dx1, p["Wo"])), self.shape.n_heads)  # [B, H, T, hd]
 
         # Softmax attention: att = P v with P = softmax(scale * q k^T + causal mask).
         probs_att = c["probs_att"]
@@ -213,8 +219,8 @@ class StepModel:
 
         # Q, K, V projections from h1 = rms(x0), all three at once through the [3D, D] view.
         dqkv = batch.to_rows(np.concatenate([_merge_heads(dq), _merge_heads(dk), _merge_heads(dv)], axis=-1))
-        np.matmul(dqkv.T, c["h1"], out=self.g_qkv)
-        dx0 = dx1 + rms_norm_backward(dqkv @ self.p_qkv, c["h1"], c["r1"])
+        self.weight_matmul(dqkv.T, c["h1"], out=self.g_qkv)
+        dx0 = dx1 + rms_norm_backward(self.weight_matmul(dqkv, self.p_qkv), c["h1"], c["r1"])
 
         # Embeddings: x0 = rms(tok_emb[tok] + pos_emb[t]). One-hot matmuls sum the rows sharing an index.
         demb = rms_norm_backward(dx0, c["x0"], c["r0"])

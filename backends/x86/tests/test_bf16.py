@@ -1,15 +1,21 @@
-"""avx512_bf16 (bf16 GEMM operands, fp32 accumulation, fp32 master weights and Adam): the conformance kit at
-its measured bf16 tolerances, 500 training steps tracking fp32 avx512, and the threaded path.
+"""avx512_bf16 (bf16 GEMM operands, fp32 accumulation, fp32 master weights and Adam): the kernel against a
+float64 model that rounds the same GEMM operands to bf16, the conformance kit at bf16's bounds against exact
+float64, 500 training steps tracking fp32 avx512, and the threaded path.
 
-Measured on AMD EPYC Zen 4 (kit inputs: names, params x1.5, batch 16): worst per-tensor gradient relative
-RMS error against float64 7.7e-3 (d16) / 1.8e-2 (d32) / 2.7e-2 (d64, Wq) / 3.3e-2 (d128, Wk); worst max
-error 7.2e-2 (d16, Wf1: ReLU gates that flip when the bf16-rounded pre-activation crosses 0); loss relative
-error <= 9.7e-5; one Adam step within 8.5e-2 x lr (m 2.0e-2, v 2.2e-2 of their maxima); the 200-step
-trajectory against numpy float32 within 1.6e-2 (first 10 steps 2.9e-3). The bounds below keep 2x headroom
-on the gradient errors (7e-2 RMS, 1.5e-1 max); the rest are the kit's fp16 defaults, which hold with >= 2x.
-A numpy model that rounds exactly the same GEMM operands to bf16 reproduces these errors (to <= 3e-2 of
-them), so they are the format's, not a kernel bug. Inputs whose gradients nearly cancel (random tokens)
-show larger per-tensor relative errors for the same absolute error; the kit's names are what training sees.
+Measured on AMD EPYC Zen 4, batch 16, params x1.5, names (the kit's recipe), 40 input seeds per size:
+- against the bf16-rounding model (test below): worst per-tensor relative RMS error 2.0e-4 / 4.3e-4 / 1.7e-3
+  / 3.3e-3 (d16 / d32 / d64 / d128; median 1e-7 to 6e-4), worst max error 2.1e-2 (d128). What is left is
+  fp32 against float64 accumulation and the odd ReLU gate or attention weight that rounds the other way.
+- against exact float64 (the format's own error, identical for kernel and model to those figures): worst
+  relative RMS 1.35e-1 (d16, Wf1, seed 33) / 4.9e-2 / 9.2e-2 / 6.1e-2, medians 2.4e-2 / 2.5e-2 / 3.3e-2 /
+  4.3e-2; worst max error 4.8e-1 (d64, Wf1: ReLU gates that flip when a bf16-rounded pre-activation crosses
+  0 move whole terms of that gradient).
+So the bf16 bound that holds for every input is not a tolerance against float64 but agreement with the
+rounding model (1e-2 RMS, 5e-2 max: 3x and 2.4x headroom). The kit's inputs (seed 0) see 3.3e-2 RMS and
+7.2e-2 max against float64, under its bounds below (7e-2, 1.5e-1); other seeds can exceed them, as above.
+Loss relative error <= 9.7e-5; one Adam step within 8.5e-2 x lr (m 2.0e-2, v 2.2e-2 of their maxima); the
+200-step trajectory against numpy float32 within 1.6e-2 (first 10 steps 2.9e-3): the kit's fp16 defaults
+hold with >= 2x.
 """
 
 from __future__ import annotations
@@ -27,7 +33,8 @@ from eemicrogpt_core.config import preset
 from eemicrogpt_core.model import ModelShape, init_params
 from eemicrogpt_core.native import NativeSession
 from eemicrogpt_core.optim import lr_schedule
-from eemicrogpt_core.testing import BackendConformance, load_names, make_batches
+from eemicrogpt_core.reference import StepModel, loss_and_grads, prepare_batch
+from eemicrogpt_core.testing import BackendConformance, edge_batch, load_names, make_batches, per_tensor_errors
 
 
 class TestAvx512Bf16Conformance(BackendConformance):
@@ -47,6 +54,45 @@ def bf16_and_fp32(monkeypatch: pytest.MonkeyPatch) -> tuple[str, str]:
         if not result.available:
             pytest.skip(result.reason)
     return str(library_path("avx512_bf16")), str(library_path("avx512"))
+
+
+def to_bf16(x: np.ndarray) -> np.ndarray:
+    """x rounded to bf16 (to nearest, ties to even, as VCVTNE2PS2BF16 rounds), returned as float64."""
+    bits = np.asarray(x, np.float32).view(np.uint32).astype(np.uint64)
+    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16 << 16
+    return bits.astype(np.uint32).view(np.float32).astype(np.float64)
+
+
+class Bf16GemmModel(StepModel):
+    """The float64 reference with every GEMM operand rounded to bf16, as the avx512_bf16 kernels round them."""
+
+    def weight_matmul(self, a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        return np.matmul(to_bf16(a), to_bf16(b), out=out)
+
+
+@pytest.mark.parametrize(("d_model", "n_heads"), [(16, 4), (32, 4), (64, 4), (128, 8)])
+def test_gradients_match_a_bf16_rounding_model_for_any_input(bf16_and_fp32: tuple[str, str], d_model: int,
+                                                             n_heads: int) -> None:
+    """Six input seeds (the kit's recipe): the kernel's error against float64 is bf16's, whatever its size
+    (up to 1.35e-1 relative RMS on some seeds), while its distance from the rounding model stays tiny."""
+    shape, names = ModelShape(d_model, n_heads), load_names().names
+    worst_vs_model, worst_vs_exact = 0.0, 0.0
+    for seed in range(6):
+        params = init_params(shape, seed) * np.float32(1.5)
+        tokens, lengths = edge_batch(names, 16, seed)
+        model = Bf16GemmModel(shape, params.astype(np.float64))
+        model.loss_and_grads(prepare_batch(tokens, lengths))
+        session = NativeSession(bf16_and_fp32[0], shape, 16)
+        session.set_state(TrainState.fresh(params))
+        _, got = session.loss_and_grads(tokens, lengths)
+        session.close()
+        for name, (rms, worst) in per_tensor_errors(shape, got, model.grads).items():
+            assert rms <= 1e-2 and worst <= 5e-2, f"seed {seed} {name}: rms {rms:.2e}, max {worst:.2e} off the model"
+            worst_vs_model = max(worst_vs_model, rms)
+        _, exact, _ = loss_and_grads(shape, params, tokens, lengths)
+        worst_vs_exact = max(worst_vs_exact, *(e[0] for e in per_tensor_errors(shape, got, exact).values()))
+    # The model is the kernel's arithmetic, not a loose bound: it sits ~10x closer than float64 does.
+    assert worst_vs_model < worst_vs_exact / 10
 
 
 @pytest.mark.parametrize("d_model", [16, 64, 128])
