@@ -16,7 +16,11 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from fp16_gemm_model import Fp16GemmModel, check_against_model
+
 from eemicrogpt_core.testing import BackendConformance, per_tensor_errors
+
+MODEL_SEEDS = range(4)  # the first four, not chosen: the bounds below hold over 41 seeds
 
 UNGATED = ("Wlm", "Wf2")  # no ReLU gate upstream of their gradients: rounding only
 UNGATED_RMS_BOUND = 2.5e-3
@@ -43,3 +47,14 @@ class TestSme2F16wConformance(BackendConformance):
         for name in UNGATED:
             print(f"d{d_model} {name}: relative RMS error {errors[name][0]:.2e}")
         assert all(errors[name][0] <= UNGATED_RMS_BOUND for name in UNGATED), errors
+
+    def test_gradients_match_the_fp16_operand_model_for_any_input(self, d_model: int) -> None:
+        """Against Fp16GemmModel (fp16 operands, exact sums; fp16_gemm_model.py): 41 seeds at d64 and d128
+        put every tensor within 1.9e-2 RMS and 3.7e-2 max (a ReLU gate the fp32 elementwise work flips
+        where float64 does not), Wlm/Wf2 within 2.0e-4; bounds 2-2.5x that. The ungated bound fails an
+        fp16-accumulating kernel (sme2_f16 is up to 4.1e-3 from this model there). The medians (2e-4 d64,
+        3e-4 d128) are >= 30x below the kernel's distance from float64."""
+        model_median, exact_median = check_against_model(
+            self, d_model, Fp16GemmModel, MODEL_SEEDS, rms_tol=4e-2, max_tol=8e-2, ungated_rms_tol=5e-4
+        )
+        assert model_median < exact_median / 10
