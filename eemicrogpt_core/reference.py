@@ -137,8 +137,16 @@ class StepModel:
     def weight_matmul(self, a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         """a @ b for every product with a weight matrix (forward and input gradients) and every weight
         gradient: the GEMMs a reduced-precision backend rounds the operands of. A model of such a backend
-        overrides this (the x86 bf16 tests do); attention's own products and the embedding sums stay exact."""
+        overrides this (the x86 bf16 tests do); attention's products go through attention_matmul, and the
+        embedding sums stay exact. In backward the first operand is always the gradient."""
         return np.matmul(a, b, out=out)
+
+    def attention_matmul(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """a @ b (batched over [B, H]) for attention's products: the scores, the value product and their
+        four gradients. A model of a backend that rounds these operands too overrides it (the sme2_f16
+        tests do). As in weight_matmul, in backward the first operand is always the gradient, so such a
+        model can round it at the backend's own scale."""
+        return a @ b
 
     def _qkv_view(self, flat: np.ndarray) -> np.ndarray:
         d = self.shape.d_model
@@ -165,11 +173,11 @@ class StepModel:
         # Attention works on whole sequences: project the packed rows, then lay them out as [B, T].
         qkv = batch.to_grid(self.weight_matmul(h1, self.p_qkv.T))  # [B, T, 3D]; dead positions are zero
         q, k, v = (_heads(part, n_heads) for part in np.split(qkv, 3, axis=-1))  # [B, H, T, hd] each
-        scores = (q @ k.swapaxes(-1, -2)) * self.scale + self.causal[:t, :t]  # [B, H, T, T]
+        scores = self.attention_matmul(q, k.swapaxes(-1, -2)) * self.scale + self.causal[:t, :t]  # [B, H, T, T]
         scores -= scores.max(axis=-1, keepdims=True)
         probs_att = np.exp(scores)
         probs_att /= probs_att.sum(axis=-1, keepdims=True)
-        att = batch.to_rows(_merge_heads(probs_att @ v))  # [N, D]
+        att = batch.to_rows(_merge_heads(self.attention_matmul(probs_att, v)))  # [N, D]
         x1 = x0 + self.weight_matmul(att, p["Wo"].T)
 
         h2, r2 = rms_norm(x1)
@@ -210,12 +218,12 @@ class StepModel:
 
         # Softmax attention: att = P v with P = softmax(scale * q k^T + causal mask).
         probs_att = c["probs_att"]
-        dv = probs_att.swapaxes(-1, -2) @ datt
-        dprobs = datt @ c["v"].swapaxes(-1, -2)
+        dv = self.attention_matmul(datt.swapaxes(-1, -2), probs_att).swapaxes(-1, -2)  # (datt^T P)^T: gradient first
+        dprobs = self.attention_matmul(datt, c["v"].swapaxes(-1, -2))
         dscores = probs_att * (dprobs - (dprobs * probs_att).sum(axis=-1, keepdims=True))
         dscores *= self.scale
-        dq = dscores @ c["k"]
-        dk = dscores.swapaxes(-1, -2) @ c["q"]
+        dq = self.attention_matmul(dscores, c["k"])
+        dk = self.attention_matmul(dscores.swapaxes(-1, -2), c["q"])
 
         # Q, K, V projections from h1 = rms(x0), all three at once through the [3D, D] view.
         dqkv = batch.to_rows(np.concatenate([_merge_heads(dq), _merge_heads(dk), _merge_heads(dv)], axis=-1))

@@ -1,12 +1,21 @@
-"""The conformance kit for sme2_f16 at d_model 64 and 128, with fp16 tolerances.
+"""The conformance kit for sme2_f16 at d_model 64 and 128, and the kernel against a float64 model of its
+arithmetic (fp16_gemm_model.Fp16AccumulationModel: every GEMM operand, weights and attention, rounded to
+fp16; fp16 sums per 64-term chunk).
 
-fp16 operands (11-bit significand) and fp16 accumulation inside each 64-term chunk put the gradients
-about 1e-2 relative RMS from numpy float64; the largest part is not rounding but ReLU gates that flip
-where the fp16 pre-activation lands on the other side of 0 (an O(1) change in that entry's gradient),
-so Wf1 and everything upstream of it carry the most error. Measured under QEMU (kit inputs, params x1.5,
-batch 16): worst tensor relative RMS 1.2e-2 (d64, Wk) and 1.9e-2 (d128, Wq); worst max error 5.1e-2
-(d128, Wf1). The bounds below (4e-2 RMS, 1.2e-1 max) leave 2x headroom on both.
-Emulated fp16 FMOPA is slow (QEMU has no hardware fast path for fp16: ~1.2 s per d64 batch-16 step),
+Measured under QEMU 11 (Apple profile `max,sve=off,sme_fa64=off,sme512=on`), the kit's recipe (params x1.5,
+edge batch of 16) at seeds 0-39 and the kit's 1234, per-tensor relative RMS / max error (max |error| /
+max |reference|):
+- against the model (test below): median of each seed's worst tensor 3.1e-4 (d64) / 1.2e-3 (d128), worst
+  9.2e-3 / 1.6e-2 RMS and 4.6e-2 / 8.0e-2 max (a ReLU gate that the fp32 elementwise work flips where
+  float64 does not); Wlm and Wf2 (no gate upstream) at most 5.6e-4. d128's attention-side tensors (Wq, Wk,
+  embeddings) sit ~1e-3 from the model where d64's sit ~3e-4: not explained.
+- against exact float64 (fp16's own error): median 1.8e-2 / 3.1e-2, worst 8.9e-2 (d64, Wf1, seed 18) /
+  4.7e-2 RMS and 4.7e-1 / 3.1e-1 max: ReLU gates that flip where an fp16 pre-activation lands on the other
+  side of 0. The model tracks those (it is >= 25x closer in the median).
+So the bound that holds for any input is agreement with the model (4e-2 RMS, 1.6e-1 max, Wlm/Wf2 1e-3: 2.5x,
+2x, 1.8x over the worst of the 82 inputs). The kit's own bounds below (4e-2, 1.2e-1) are its inputs' bounds
+(seed 1234: 1.4e-2 / 1.9e-2 RMS, 3.1e-2 / 5.1e-2 max at d64 / d128, 2x headroom); other seeds exceed them.
+Emulated fp16 FMOPA is slow (QEMU has no hardware fast path for fp16: ~1.1 s per d64 batch-16 step),
 so the trajectory here is short; the long-run check is test_sme2_f16_vs_f32.py.
 """
 
@@ -14,7 +23,11 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from fp16_gemm_model import Fp16AccumulationModel, check_against_model
+
 from eemicrogpt_core.testing import BackendConformance
+
+MODEL_SEEDS = range(4)  # the first four, not chosen: the bounds below hold over 41 seeds
 
 
 class TestSme2F16Conformance(BackendConformance):
@@ -25,3 +38,11 @@ class TestSme2F16Conformance(BackendConformance):
     grad_rel_max_tol: ClassVar[float | None] = 0.12
     trajectory_steps = 8
     trajectory_windows = 1
+
+    def test_gradients_match_the_fp16_accumulation_model_for_any_input(self, d_model: int) -> None:
+        """Bounds and measurements in the module docstring. The Wlm/Wf2 bound fails a model without the
+        fp16 accumulation (1.3e-3 at d64 seed 0) and the fp32 kernel sme2_f32 (also 1.3e-3)."""
+        model_median, exact_median = check_against_model(
+            self, d_model, Fp16AccumulationModel, MODEL_SEEDS, rms_tol=4e-2, max_tol=1.6e-1, ungated_rms_tol=1e-3
+        )
+        assert model_median < exact_median / 10

@@ -1,22 +1,31 @@
 """The conformance kit for sme2_f16w (fp16 operands, fp32 accumulation by the widening FMOPA) at d_model 64
-and 128, plus the check that its accumulation really is fp32.
+and 128, the kernel against a float64 model of its arithmetic (fp16_gemm_model.Fp16GemmModel: every GEMM
+operand, weights and attention, rounded to fp16; exact sums), and the check that its accumulation is fp32.
 
-Measured under QEMU 11 (Apple profile, 512-bit) against numpy float64 (README, "Precision"): the kit's
-inputs give a worst tensor relative RMS of 9.0e-4 at d64 and 1.3e-2 at d128 (Wq), a worst max error of
-5.8e-2 (d128, Wf1). The large figures are ReLU gates that flip where an fp16-rounded operand moves a
-pre-activation across 0: the operands are fp16 as in sme2_f16, so fp32 accumulation cannot remove them
-(over six input seeds the worst was 3.2e-2 RMS and 1.3e-1 max error, for sme2_f16 4.5e-2 and 1.3e-1).
-The bounds for every tensor, 3e-2 RMS and 1.2e-1 max, are 2x the kit's inputs' worst; Wlm and Wf2 have
-no ReLU gate upstream and show plain rounding: at most 1.3e-3 over the six seeds and both widths
-(fp16 operand rounding alone; sme2_f16's fp16 accumulation gives up to 3.6e-3), bound 2.5e-3, which
-an fp16-accumulating kernel would fail at d128.
+Measured under QEMU 11 (Apple profile `max,sve=off,sme_fa64=off,sme512=on`), the kit's recipe (params x1.5,
+edge batch of 16) at seeds 0-39 and the kit's 1234, per-tensor relative RMS / max error:
+- against the model (test below): median of each seed's worst tensor 1.9e-4 (d64) / 3.3e-4 (d128), worst
+  1.9e-2 / 7.5e-3 RMS and 3.3e-2 / 3.7e-2 max (a ReLU gate that the fp32 elementwise work flips where
+  float64 does not); Wlm and Wf2 at most 2.0e-4.
+- against exact float64 (fp16 operands' own error): median 1.0e-2 / 1.4e-2, worst 3.7e-2 / 4.0e-2 RMS and
+  2.4e-1 / 2.6e-1 max (Wf1): ReLU gates flipped by fp16-rounded forward operands, which fp32 accumulation
+  cannot remove. Wlm and Wf2 at most 1.3e-3.
+So the bound that holds for any input is agreement with the model (4e-2 RMS, 8e-2 max, Wlm/Wf2 5e-4: 2.1x,
+2.2x, 2.5x over the worst of the 82 inputs). The kit's own bounds below (3e-2 RMS, 1.2e-1 max) are its
+inputs' bounds (seed 1234: 9.0e-4 / 1.3e-2 RMS, 8.9e-4 / 5.8e-2 max at d64 / d128); other seeds exceed
+them (seed 14 at d128: 4.0e-2 RMS; seed 27: 2.6e-1 max). The ungated check against float64 (2.5e-3; 1.9x
+over the 1.3e-3 worst of the 82 inputs) stays: sme2_f16's fp16 accumulation gives up to 4.2e-3 there.
 """
 
 from __future__ import annotations
 
 from typing import ClassVar
 
+from fp16_gemm_model import Fp16GemmModel, check_against_model
+
 from eemicrogpt_core.testing import BackendConformance, per_tensor_errors
+
+MODEL_SEEDS = range(4)  # the first four, not chosen: the bounds below hold over 41 seeds
 
 UNGATED = ("Wlm", "Wf2")  # no ReLU gate upstream of their gradients: rounding only
 UNGATED_RMS_BOUND = 2.5e-3
@@ -43,3 +52,12 @@ class TestSme2F16wConformance(BackendConformance):
         for name in UNGATED:
             print(f"d{d_model} {name}: relative RMS error {errors[name][0]:.2e}")
         assert all(errors[name][0] <= UNGATED_RMS_BOUND for name in UNGATED), errors
+
+    def test_gradients_match_the_fp16_operand_model_for_any_input(self, d_model: int) -> None:
+        """Bounds and measurements in the module docstring. The Wlm/Wf2 bound fails the fp32 kernel
+        sme2_f32 (6.1e-4 at d64 seed 0), a model that stops rounding (6.2e-4) and an fp16-accumulating
+        kernel (sme2_f16 is up to 4.1e-3 from this model there)."""
+        model_median, exact_median = check_against_model(
+            self, d_model, Fp16GemmModel, MODEL_SEEDS, rms_tol=4e-2, max_tol=8e-2, ungated_rms_tol=5e-4
+        )
+        assert model_median < exact_median / 10
