@@ -10,7 +10,7 @@
  * (again). That defines every exported emg_* function, so each backend inherits the same argument and
  * batch checks, status codes, session lifecycle, step counting and non-finite rules:
  *
- *   emg_create     EMG_ERR_ARGUMENT for a NULL out or max_batch < 1; EMG_ERR_UNSUPPORTED for a shape the
+ *   emg_create     EMG_ERR_ARGUMENT for a NULL shape or out, or max_batch < 1; EMG_ERR_UNSUPPORTED for a shape the
  *                  model forbids or the backend has no kernel for, or max_batch > EMG_MAX_BATCH. The layer
  *                  allocates the session and the four n_params buffers (64-byte aligned, zeroed), then
  *                  calls init for the backend's own buffers.
@@ -34,7 +34,7 @@
  * Adam's pass over the parameters), and returns its verdict (enum emg_step_verdict): a re-check by the layer
  * read the gradient and the parameters once more per step (1-4% of an x86 step on one Zen 4 core).
  *
- * The parameter layout lives here too (EMG_OFF_* and emg_layout_of); tests/test_native_layer.py checks it
+ * The parameter layout lives here too (EMG_LAYER_* and emg_layout_of); tests/test_native_layer.py checks it
  * against eemicrogpt_core/model.py.
  */
 #ifndef EMG_BACKEND_H
@@ -48,33 +48,40 @@
 
 #include "eemicrogpt.h"
 
-/* ---- the parameter layout (model.py TENSOR_NAMES order), as constant expressions in d_model ---- */
-#define EMG_OFF_TOK_EMB(d) 0L
-#define EMG_OFF_POS_EMB(d) ((long)EMG_VOCAB * (d))
-#define EMG_OFF_WQ(d) (EMG_OFF_POS_EMB(d) + (long)EMG_MAX_SEQ * (d))
-#define EMG_OFF_WK(d) (EMG_OFF_WQ(d) + (long)(d) * (d))
-#define EMG_OFF_WV(d) (EMG_OFF_WK(d) + (long)(d) * (d))
-#define EMG_OFF_WO(d) (EMG_OFF_WV(d) + (long)(d) * (d))
-#define EMG_OFF_WF1(d) (EMG_OFF_WO(d) + (long)(d) * (d))
-#define EMG_OFF_WF2(d) (EMG_OFF_WF1(d) + 4L * (d) * (d))
-#define EMG_OFF_WLM(d) (EMG_OFF_WF2(d) + 4L * (d) * (d))
-#define EMG_N_PARAMS(d) (EMG_OFF_WLM(d) + (long)EMG_VOCAB * (d))
+/* ---- the parameter layout (model.py's order: tok_emb, pos_emb, per layer Wq Wk Wv Wo Wf1 Wf2, Wlm) ---- */
+/* Offsets of a layer's tensors from the start of that layer, in floats (d = d_model). */
+#define EMG_LAYER_WQ(d) 0L
+#define EMG_LAYER_WK(d) ((long)(d) * (d))
+#define EMG_LAYER_WV(d) (2L * (d) * (d))
+#define EMG_LAYER_WO(d) (3L * (d) * (d))
+#define EMG_LAYER_WF1(d) (4L * (d) * (d))
+#define EMG_LAYER_WF2(d) (8L * (d) * (d))
+#define EMG_LAYER_SIZE(d) (12L * (d) * (d))
 
+/* Where each tensor starts in the flat buffer, in floats. Layer l's Wq is at layer(l) + EMG_LAYER_WQ(d), and
+ * so on; Wq, Wk and Wv are adjacent, so they form one [3D][D] matrix. */
 typedef struct emg_layout {
     long n_params;
-    long tok_emb, pos_emb, wq, wk, wv, wo, wf1, wf2, wlm; /* tensor offsets in floats */
+    long tok_emb, pos_emb; /* [vocab][d], [context][d] */
+    long layers;           /* layer 0's Wq; layer l starts at layers + l * layer_size */
+    long layer_size;       /* EMG_LAYER_SIZE(d) */
+    long wlm;              /* [vocab][d] */
 } emg_layout;
 
-static inline emg_layout emg_layout_of(int d_model) {
-    const long d = d_model;
-    return (emg_layout){EMG_N_PARAMS(d), EMG_OFF_TOK_EMB(d), EMG_OFF_POS_EMB(d), EMG_OFF_WQ(d), EMG_OFF_WK(d),
-                        EMG_OFF_WV(d), EMG_OFF_WO(d), EMG_OFF_WF1(d), EMG_OFF_WF2(d), EMG_OFF_WLM(d)};
+static inline emg_layout emg_layout_of(const emg_shape *s) {
+    const long d = s->d_model;
+    emg_layout l;
+    l.tok_emb = 0;
+    l.pos_emb = (long)s->vocab * d;
+    l.layers = l.pos_emb + (long)s->context * d;
+    l.layer_size = EMG_LAYER_SIZE(d);
+    l.wlm = l.layers + (long)s->n_layers * l.layer_size;
+    l.n_params = l.wlm + (long)s->vocab * d;
+    return l;
 }
 
-/* The shape rules of model.py's ModelShape: positive sizes, heads divide d_model, head_dim >= 4. */
-static inline int emg_shape_valid(int d_model, int n_heads) {
-    return d_model >= 1 && n_heads >= 1 && d_model % n_heads == 0 && d_model / n_heads >= 4;
-}
+/* The offset of layer `layer`'s first tensor (its Wq). */
+static inline long emg_layer_offset(const emg_layout *l, int layer) { return l->layers + layer * l->layer_size; }
 
 /* 1 when every x[0..n) is finite. The one non-finite rule: the layer's checks and a fused train_step's
  * verdicts (on any share of an array: the rule is elementwise; a backend may apply it inside a pass of its
@@ -92,7 +99,8 @@ static inline int emg_all_finite(const float *x, long n) {
 
 /* ---- what the layer owns inside every session (the backend's struct emg_session starts with it) ---- */
 typedef struct emg_core {
-    int d_model, n_heads, max_batch;
+    emg_shape shape; /* valid and supported (checked before init) */
+    int max_batch;
     emg_layout layout;
     int64_t step; /* Adam updates applied */
     float *params, *adam_m, *adam_v; /* the training state, n_params floats each */
@@ -109,7 +117,7 @@ enum emg_step_verdict {
 /* ---- the kernels a backend supplies ---- */
 typedef struct emg_backend {
     /* 1 when kernels exist for this (already valid) shape. Pure: runs no ISA-specific code. */
-    int (*supports)(int d_model, int n_heads);
+    int (*supports)(const emg_shape *shape);
     /* Allocate the backend's own buffers; s->core is complete and zeroed. Returns EMG_OK, EMG_ERR_NOMEM
      * or EMG_ERR_UNSUPPORTED (e.g. the CPU lacks a feature). release is called after a failed init too. */
     int (*init)(emg_session *s);
@@ -168,22 +176,21 @@ static void emg_free_session_(emg_session *s) {
 
 EMG_API int emg_abi_version(void) { return EMG_ABI_VERSION; }
 
-EMG_API int emg_supports(int d_model, int n_heads) {
-    return emg_shape_valid(d_model, n_heads) && emg_this_backend.supports(d_model, n_heads);
+EMG_API int emg_supports(const emg_shape *shape) {
+    return emg_shape_valid(shape) && emg_this_backend.supports(shape);
 }
 
-EMG_API int emg_create(int d_model, int n_heads, int max_batch, emg_session **out) {
-    if (out == NULL) return EMG_ERR_ARGUMENT;
+EMG_API int emg_create(const emg_shape *shape, int max_batch, emg_session **out) {
+    if (out == NULL || shape == NULL) return EMG_ERR_ARGUMENT;
     *out = NULL;
     if (max_batch < 1) return EMG_ERR_ARGUMENT;
-    if (!emg_supports(d_model, n_heads) || max_batch > EMG_MAX_BATCH) return EMG_ERR_UNSUPPORTED;
+    if (!emg_supports(shape) || max_batch > EMG_MAX_BATCH) return EMG_ERR_UNSUPPORTED;
     emg_session *s = calloc(1, sizeof *s);
     if (s == NULL) return EMG_ERR_NOMEM;
     emg_core *c = &s->core;
-    c->d_model = d_model;
-    c->n_heads = n_heads;
+    c->shape = *shape;
     c->max_batch = max_batch;
-    c->layout = emg_layout_of(d_model);
+    c->layout = emg_layout_of(shape);
     c->params = emg_alloc_state_(c->layout.n_params);
     c->adam_m = emg_alloc_state_(c->layout.n_params);
     c->adam_v = emg_alloc_state_(c->layout.n_params);
@@ -231,11 +238,12 @@ EMG_API int emg_train_steps(emg_session *s, int n_steps, int batch, const uint8_
                             const uint8_t *lengths, const float *lrs, float *losses) {
     if (s == NULL || n_steps < 1 || tokens == NULL || lengths == NULL || lrs == NULL || losses == NULL)
         return EMG_ERR_ARGUMENT;
-    /* Offsets in size_t: n_steps * batch * MAX_SEQ can pass INT_MAX. */
-    const size_t tok_stride = (size_t)batch * EMG_MAX_SEQ, len_stride = (size_t)batch;
+    /* Offsets in size_t: n_steps * batch * (context + 1) can pass INT_MAX. */
+    const size_t tok_stride = (size_t)batch * emg_seq_len(&s->core.shape), len_stride = (size_t)batch;
     /* Check the whole call first, so a bad step late in it cannot leave a half-applied call behind. */
     for (int i = 0; i < n_steps; i++) {
-        if (emg_check_batch(batch, s->core.max_batch, tokens + i * tok_stride, lengths + i * len_stride) != EMG_OK
+        if (emg_check_batch(&s->core.shape, batch, s->core.max_batch, tokens + i * tok_stride,
+                            lengths + i * len_stride) != EMG_OK
             || !isfinite(lrs[i]))
             return EMG_ERR_ARGUMENT;
     }
@@ -268,7 +276,8 @@ EMG_API int emg_train_steps(emg_session *s, int n_steps, int batch, const uint8_
 
 EMG_API int emg_loss_and_grad(emg_session *s, int batch, const uint8_t *tokens, const uint8_t *lengths,
                               float *loss, float *grads) {
-    if (s == NULL || loss == NULL || emg_check_batch(batch, s->core.max_batch, tokens, lengths) != EMG_OK)
+    if (s == NULL || loss == NULL
+        || emg_check_batch(&s->core.shape, batch, s->core.max_batch, tokens, lengths) != EMG_OK)
         return EMG_ERR_ARGUMENT;
     *loss = emg_this_backend.loss_and_grad(s, batch, tokens, lengths, grads != NULL);
     if (!isfinite(*loss)) return EMG_ERR_NONFINITE;
