@@ -25,7 +25,7 @@ from .data import encode, read_names, split
 from .datafile import resolve_data_path
 from .errors import CheckpointError, ConfigError, EemicrogptError, describe_os_error
 from .limits import check_memory
-from .model import ModelShape
+from .model import NAMES_VOCAB, ModelShape
 from .paths import user_path
 from .precision import PRECISIONS
 from .progress import RichReporter
@@ -34,6 +34,7 @@ from .rundir import RunDir
 from .sampling import generate
 from .trainer import PreparedData, TrainResult, prepare_data, train
 from .versions import version_report
+from .vocab import Vocabulary
 
 EXIT_USER_ERROR = 2
 MAX_SAMPLES = 10_000  # sample -n: the forward pass holds n x 16 positions of activations at once
@@ -125,7 +126,7 @@ def _summary(result: TrainResult, cfg: TrainConfig, console: Console) -> None:
         f"(mean of last 100), val loss {val}; {result.us_per_step:.1f} us/step, {result.steps_per_s:,.0f} steps/s",
         highlight=False,
     )
-    names = generate(result.state.params, cfg.shape, n=10, temperature=0.5, seed=cfg.seed)
+    names = generate(result.state.params, result.shape, result.vocab, n=10, temperature=0.5, seed=cfg.seed)
     console.print("samples: " + ", ".join(names), highlight=False)
     if result.run_dir is not None:
         console.print(f"run directory: {result.run_dir}", highlight=False)
@@ -138,7 +139,8 @@ def _fresh_setup(
     cfg = load_config(user_path(config, "--config") if config else None, overrides)
     check_memory(cfg)
     cfg = dataclasses.replace(cfg, backend=resolve_backend(backend, cfg.backend))
-    registry.select(cfg.backend, cfg.shape, cfg.batch, cfg.dtype, cfg.precision)  # before any download: fail fast
+    # Before any download: fail fast (the names vocabulary stands in until the data is read).
+    registry.select(cfg.backend, cfg.model_shape(NAMES_VOCAB), cfg.batch, cfg.dtype, cfg.precision)
     cfg = dataclasses.replace(cfg, data=str(resolve_data_path(data, cfg.data)))
     prepared = prepare_data(cfg)
     run = RunDir.create(cfg.out, cfg)
@@ -177,8 +179,8 @@ def _resume_setup(
     if ckpt.state.step >= ckpt.total_steps:
         console.print(f"{run.path} already finished ({ckpt.total_steps:,} steps); nothing to resume")
         return None
-    chosen = registry.select(cfg.backend, cfg.shape, cfg.batch, cfg.dtype, cfg.precision).name
-    prepared = prepare_data(cfg)
+    chosen = registry.select(cfg.backend, ckpt.shape, cfg.batch, cfg.dtype, cfg.precision).name
+    prepared = prepare_data(cfg, ckpt.vocab)
     _check_same_data(ckpt, prepared, cfg, allow_data_change, console)
     if ckpt.backend and chosen != ckpt.backend:
         console.print(f"note: this run was trained on {ckpt.backend} and continues on {chosen}; the "
@@ -271,13 +273,13 @@ def sample_cmd(
     if seed < 0:
         raise ConfigError(f"--seed must be >= 0, got {seed}")
     ckpt = load_checkpoint(RunDir.existing(run_dir).checkpoint_path)
-    for name in generate(ckpt.state.params, ckpt.config.shape, n=n, temperature=temperature, seed=seed):
+    for name in generate(ckpt.state.params, ckpt.shape, ckpt.vocab, n=n, temperature=temperature, seed=seed):
         print(name)
 
 
 def backends_report(registry: BackendRegistry) -> dict[str, Any]:
     default = TrainConfig()
-    auto = registry.auto_choice(default.shape, default.batch)
+    auto = registry.auto_choice(default.model_shape(NAMES_VOCAB), default.batch)
     per_size = {}
     for d in bench.SIZES:
         choice = registry.auto_choice(ModelShape(d, bench.heads_for(d)), default.batch)
@@ -405,7 +407,9 @@ def bench_cmd(
     data_path = resolve_data_path(data, None)
     base = TrainConfig(data=str(data_path))
     names = read_names(data_path)
-    train_set, val_set = split(encode(names.names)[0], base.val_fraction, base.seed)
+    vocab = Vocabulary.from_names(names.names)
+    parts = split(encode(names.names, vocab, base.context)[0], base.val_fraction, base.seed)
+    train_set = parts.train
     measured = None if peak_gflops_ else peak_gflops(registry)  # the user's figure wins over any plugin's
     peak = peak_gflops_ or (measured.gflops if measured else None)
     peak_source = "--peak-gflops" if peak_gflops_ else (f"measured by {measured.source}" if measured else None)
@@ -422,7 +426,7 @@ def bench_cmd(
         notes += more
     if loss_at is not None and best is not None:
         console.print(f"loss within {loss_at:g} s on {best.name} ...")
-        prepared = PreparedData(train_set, val_set, 0, 0)
+        prepared = PreparedData(parts.train, parts.validation, 0, 0, vocab)
         losses = bench.loss_at(registry, best, sizes, prepared, str(data_path), loss_at, thread_counts[-1])
     if as_json:
         payload = bench.as_json(speed=rows, batch_scaling=scaling, loss_at=losses, notes=notes,
