@@ -296,6 +296,7 @@ def backends_report(registry: BackendRegistry) -> dict[str, Any]:
                 "score": e.score,
                 "precision": e.spec.precision if e.spec else None,
                 "description": e.spec.description if e.spec else "",
+                "envelope": e.spec.envelope if e.spec else "",
                 "also_provided_by": e.also_provided_by,
             }
             for e in registry.entries
@@ -314,10 +315,10 @@ def backends_cmd(as_json: Annotated[bool, typer.Option("--json", help="machine-r
         print(json.dumps(report, indent=2))
         return
     console = _wide_console()
-    table = Table("backend", "distribution", "version", "precision", "available", "score", "reason")
+    table = Table("backend", "distribution", "version", "precision", "available", "score", "shapes", "reason")
     for b in report["backends"]:
         table.add_row(b["name"], b["distribution"], b["version"], b["precision"] or "-",
-                      "yes" if b["available"] else "no", str(b["score"]), b["reason"])
+                      "yes" if b["available"] else "no", str(b["score"]), b["envelope"] or "-", b["reason"])
     console.print(table)
     sizes = ", ".join(f"d{d}: {name or 'none'}" for d, name in report["auto_by_d_model"].items())
     if report["auto"]:

@@ -28,6 +28,8 @@ def describe_run(info: RunInfo) -> str:
     ]
     if info.data_note:
         lines.append(f"note: {info.data_note}")
+    if info.backend_note:
+        lines.append(f"note: {info.backend_note}")
     if info.run_dir is not None:
         lines.append(f"run directory {info.run_dir}")
     return "\n".join(lines)

@@ -68,6 +68,7 @@ class RunInfo:
     shape: ModelShape
     vocab: Vocabulary
     data_note: str = ""  # how the data was split when that is not the plain split
+    backend_note: str = ""  # why auto settled for a slower backend
 
 
 class Reporter(Protocol):
@@ -356,6 +357,8 @@ def train(
     data = data or prepare_data(cfg, resume.vocab if resume is not None else None)
     shape = cfg.model_shape(data.vocab.size)
     entry = registry.select(cfg.backend, shape, cfg.batch, cfg.dtype, cfg.precision)
+    auto = cfg.backend in ("", "auto")
+    backend_note = (registry.fallback_note(entry, shape, cfg.batch, cfg.dtype) if auto else None) or ""
     with open_session(entry, shape, cfg.batch, cfg.dtype, cfg.threads) as session:
         run = _Run(cfg, entry, session, data, shape, run_dir, resume)
         if run_dir is not None:
@@ -363,7 +366,8 @@ def train(
             run_dir.keep_metrics_until(run.step)
         n_val = 0 if data.val is None else len(data.val)
         reporter.start(RunInfo(entry, cfg, run.step, run.total, len(data.train), n_val, data.n_truncated,
-                               data.n_dropped, run_dir.path if run_dir else None, shape, data.vocab, data.note))
+                               data.n_dropped, run_dir.path if run_dir else None, shape, data.vocab, data.note,
+                               backend_note))
         interrupted, in_chunk, signum = False, False, None
 
         def note(first: int) -> None:
