@@ -10,6 +10,7 @@ import json
 import math
 import signal
 import sys
+import unicodedata
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -262,19 +263,41 @@ def train_cmd(
 def sample_cmd(
     run_dir: Annotated[Path, typer.Argument(help="a run directory written by `eemicrogpt train`")],
     n: Annotated[int, typer.Option("-n", "--num", help="how many names (1..10,000)")] = 20,
-    temperature: Annotated[float, typer.Option(help="sampling temperature (> 0; lower is more typical)")] = 0.5,
+    temperature: Annotated[
+        float, typer.Option(help="sampling temperature (>= 0; lower is more typical; 0 is greedy)")
+    ] = 0.5,
     seed: Annotated[int, typer.Option(help="sampling seed")] = 0,
+    prefix: Annotated[str, typer.Option(help="continue names that start with this text")] = "",
+    max_len: Annotated[
+        int | None, typer.Option(help="longest name in characters (default and upper bound: the model's context)")
+    ] = None,
+    unique: Annotated[bool, typer.Option("--unique", help="distinct names only (fewer when the model has "
+                                         "fewer to give)")] = False,
+    out: Annotated[Path | None, typer.Option(help="write the names to this new file (never overwritten)")] = None,
 ) -> None:
     """Generate names from a trained run."""
     if not 1 <= n <= MAX_SAMPLES:
         raise ConfigError(f"-n must be in 1..{MAX_SAMPLES:,}, got {n:,}")
-    if not (math.isfinite(temperature) and temperature > 0):
-        raise ConfigError(f"--temperature must be a finite number > 0, got {temperature}")
+    if not (math.isfinite(temperature) and temperature >= 0):
+        raise ConfigError(f"--temperature must be a finite number >= 0 (0: greedy), got {temperature}")
     if seed < 0:
         raise ConfigError(f"--seed must be >= 0, got {seed}")
+    target = user_path(out, "--out") if out is not None else None
+    if target is not None and (target.exists() or target.is_symlink()):
+        raise ConfigError(f"--out {target} already exists; choose a new file (samples never overwrite one)")
     ckpt = load_checkpoint(RunDir.existing(run_dir).checkpoint_path)
-    for name in generate(ckpt.state.params, ckpt.shape, ckpt.vocab, n=n, temperature=temperature, seed=seed):
-        print(name)
+    names = generate(ckpt.state.params, ckpt.shape, ckpt.vocab, n=n, temperature=temperature, seed=seed,
+                     prefix=unicodedata.normalize("NFC", prefix), max_len=max_len, unique=unique)
+    if target is None:
+        for name in names:
+            print(name)
+        return
+    try:
+        with target.open("x", encoding="utf-8") as f:  # "x": fails rather than replace a file made meanwhile
+            f.write("".join(f"{name}\n" for name in names))
+    except OSError as e:
+        raise ConfigError(describe_os_error(e, "cannot write the samples")) from None
+    print(f"wrote {len(names)} names to {target}")
 
 
 def backends_report(registry: BackendRegistry) -> dict[str, Any]:
