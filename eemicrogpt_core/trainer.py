@@ -226,9 +226,8 @@ class _Run:
         t0 = time.perf_counter()
         try:
             losses = np.asarray(self.session.train_steps(tokens, lengths, lrs), dtype=np.float32)
-        except (EemicrogptError, KeyboardInterrupt):
-            raise
-        except Exception as e:
+        except Exception as e:  # not KeyboardInterrupt (a BaseException): that stops the run
+            # NonFiniteError is an EemicrogptError too: test for it before letting user errors through
             if not _is_nonfinite_error(e):
                 raise
             raise self._locate_divergence(step + n, e) from None
