@@ -46,10 +46,10 @@ class Dataset:
 
 
 def clean_name(raw: str, *, lowercase: bool = False) -> str:
-    """One line as a name: NFC-normalised, surrounding whitespace removed, case folded only when asked
-    (str.lower, which keeps ß as ß)."""
-    name = unicodedata.normalize("NFC", raw.strip())
-    return name.lower() if lowercase else name
+    """One line as a name: surrounding whitespace removed, case folded only when asked (str.lower, which
+    keeps ß as ß), then NFC-normalised (after folding: T + U+0308 lowercases to a pair NFC composes)."""
+    name = raw.strip()
+    return unicodedata.normalize("NFC", name.lower() if lowercase else name)
 
 
 def _control_char(name: str) -> str | None:
