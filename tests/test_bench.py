@@ -12,8 +12,9 @@ from typer.testing import CliRunner
 
 from eemicrogpt_core import bench, cli
 from eemicrogpt_core.data import encode, read_names
-from eemicrogpt_core.model import ModelShape
+from eemicrogpt_core.model import DEFAULT_CONTEXT, ModelShape
 from eemicrogpt_core.registry import load_registry
+from eemicrogpt_core.vocab import Vocabulary
 
 
 def test_flops_by_hand_for_a_tiny_model() -> None:
@@ -42,7 +43,7 @@ def test_flops_scale_with_the_batch_and_steps_are_separate() -> None:
 def test_time_steps_on_numpy_ref(names_file: Path) -> None:
     entry = load_registry().get("numpy_ref")
     assert entry is not None and entry.available, "numpy_ref must be installed"
-    data, _ = encode(read_names(names_file).names)
+    data, _ = encode(read_names(names_file).names, Vocabulary.names(), DEFAULT_CONTEXT)
     row = bench.time_steps(entry, ModelShape(16, 4), 16, data, repeats=3, target_s=0.05, peak=100.0)
     assert row.us_per_step > 0 and row.us_per_sample == pytest.approx(row.us_per_step / 16)
     assert row.steps_per_s == pytest.approx(1e6 / row.us_per_step)

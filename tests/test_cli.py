@@ -23,6 +23,9 @@ from eemicrogpt_core.rundir import RunDir
 from eemicrogpt_core.trainer import NullReporter, train
 
 UNIFORM_LOSS = 3.296
+# 256 distinct characters, each twice except U+0150 (once): one more than a vocabulary holds
+MANY_CHARACTERS = "".join(map(chr, range(0x100, 0x200))) + "\n" + "".join(map(chr, range(0x100, 0x200))).replace(
+    "\u0150", "") + "\n"
 RUNNER = CliRunner()
 
 
@@ -166,7 +169,11 @@ def test_env_backend_is_used_and_flag_wins(names_file: Path, tmp_path: Path) -> 
     ("files", "args", "fragments"),
     [
         ({}, ["--data", "{tmp}/absent.txt"], ["names file not found"]),
-        ({"bad.txt": "anna\nb0b\n"}, ["--data", "{tmp}/bad.txt"], ["bad.txt:2", "'0'"]),
+        ({"bad.txt": "anna\nb\x01b\n"}, ["--data", "{tmp}/bad.txt"], ["bad.txt:2", "control character U+0001"]),
+        ({"many.txt": MANY_CHARACTERS}, ["--data", "{tmp}/many.txt"],
+         ["256 distinct characters", "at most 255", "The 1 rarest: Ő;"]),
+        ({"c.yaml": "n_layers: 9\n"}, ["--config", "{tmp}/c.yaml"], ["n_layers must be 1..8, got 9"]),
+        ({"c.yaml": "context: 65\n"}, ["--config", "{tmp}/c.yaml"], ["context must be 1..64, got 65"]),
         ({"c.yaml": "d_model: [16\n"}, ["--config", "{tmp}/c.yaml"], ["c.yaml:", "malformed YAML"]),
         ({"c.yaml": "d_modle: 16\n"}, ["--config", "{tmp}/c.yaml"], ["unknown key 'd_modle'", "c.yaml"]),
         ({}, ["--config", "{tmp}/absent.yaml"], ["config file not found"]),
@@ -204,7 +211,8 @@ def test_sample_bad_inputs(trained: tuple[Path, Any], tmp_path: Path) -> None:
     out, _ = trained
     assert_one_line_error(run("sample", str(tmp_path)), "no checkpoint.npz")
     assert_one_line_error(run("train", "--resume", str(tmp_path / "nowhere")), "run directory not found")
-    assert_one_line_error(run("sample", str(out), "--temperature", "0"), "--temperature must be a finite number > 0")
+    assert_one_line_error(run("sample", str(out), "--temperature", "-1"), "--temperature must be a finite number >= 0")
+    assert_one_line_error(run("sample", str(out), "--prefix", "é"), "the prefix's character 'é'")
 
 
 def test_console_script_error_has_no_traceback(tmp_path: Path) -> None:

@@ -1,4 +1,5 @@
-"""numpy_ref on its own: exact gradients, padding, shapes, Adam, training, and its plugin registration."""
+"""numpy_ref on its own: exact gradients, padding, shapes, Adam, training, and its plugin registration; the
+reference's loss against a second, plain-loop implementation of microgpt's model."""
 
 from __future__ import annotations
 
@@ -10,19 +11,23 @@ from eemicrogpt_backend_numpy.session import NumpySession
 from eemicrogpt_backend_numpy.step import Adam
 
 from eemicrogpt_core.backend import BackendSession, TrainState
-from eemicrogpt_core.model import BOUNDARY, MAX_SEQ, TENSOR_NAMES, VOCAB, ModelShape, init_params, views
+from eemicrogpt_core.errors import NonFiniteError
+from eemicrogpt_core.model import NAMES_VOCAB, RMS_EPS, ModelShape, init_params, layer_tensor, views
 from eemicrogpt_core.optim import adam_update, lr_schedule
 from eemicrogpt_core.registry import load_registry, open_session
-from eemicrogpt_core.testing import load_names, make_batches
+from eemicrogpt_core.testing import load_names, make_batches, synthetic_batches
+from eemicrogpt_core.vocab import Vocabulary
 
+NAMES = Vocabulary.names()
+BOUNDARY = NAMES.boundary
 Z = 25  # the letter z: used only as padding in the hand-made batch below
 
 
-def encode(names: list[str], pad: int = Z) -> tuple[np.ndarray, np.ndarray]:
-    tokens = np.full((len(names), MAX_SEQ), pad, np.uint8)
+def encode(names: list[str], pad: int = Z, context: int = 16) -> tuple[np.ndarray, np.ndarray]:
+    tokens = np.full((len(names), context + 1), pad, np.uint8)
     lengths = np.empty(len(names), np.uint8)
     for i, name in enumerate(names):
-        seq = [BOUNDARY, *(ord(c) - ord("a") for c in name), BOUNDARY]
+        seq = [BOUNDARY, *NAMES.encode(name), BOUNDARY]
         tokens[i, : len(seq)] = seq
         lengths[i] = len(seq)
     return tokens, lengths
@@ -39,16 +44,33 @@ def loss_at(shape: ModelShape, params: np.ndarray, tokens: np.ndarray, lengths: 
     return loss
 
 
-@pytest.mark.parametrize("d_model,n_heads", [(16, 4), (24, 3), (32, 8)])
-def test_float64_gradients_match_central_differences(d_model: int, n_heads: int) -> None:
-    shape = ModelShape(d_model, n_heads)
+GRADIENT_SHAPES = [
+    ModelShape(16, 4),
+    ModelShape(24, 3),
+    ModelShape(32, 8),
+    ModelShape(16, 4, n_layers=2, vocab=6, context=5),
+    ModelShape(16, 2, n_layers=4, vocab=40, context=9),
+]
+
+
+def _batch_for(shape: ModelShape, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """The hand-made names batch at the seed's shape, else the kit's synthetic names of that vocabulary (their
+    lengths run from 0 letters to past the context)."""
+    if (shape.vocab, shape.context) == (NAMES_VOCAB, 16):
+        return encode(["emma", "ava", "", "isabella", "bob"])
+    tokens, lengths = synthetic_batches(shape, 1, 5, seed)
+    return tokens[0], lengths[0]
+
+
+@pytest.mark.parametrize("shape", GRADIENT_SHAPES, ids=lambda s: s.describe())
+def test_float64_gradients_match_central_differences(shape: ModelShape) -> None:
     params = init_params(shape, 3).astype(np.float64) * 1.5
-    tokens, lengths = encode(["emma", "ava", "", "isabella", "bob"])
+    tokens, lengths = _batch_for(shape)
     _, grads = session(shape, "float64", params).loss_and_grads(tokens, lengths)
     assert grads is not None and grads.dtype == np.float64
     rng = np.random.default_rng(0)
     eps = 1e-5
-    for name in TENSOR_NAMES:
+    for name in shape.tensor_names:
         start = shape.offsets[name]
         size = math.prod(shape.tensor_shapes[name])
         tensor = grads[start : start + size]
@@ -62,6 +84,72 @@ def test_float64_gradients_match_central_differences(d_model: int, n_heads: int)
             assert abs(numeric - grads[i]) <= 1e-6 * np.max(np.abs(tensor)) + 1e-10, (name, i, numeric, grads[i])
 
 
+def test_every_layer_has_its_own_weights() -> None:
+    """Each layer's tensors get their own gradient (a layer reusing layer 0's weights would give equal ones)."""
+    shape = ModelShape(16, 4, n_layers=3, vocab=6, context=5)
+    tokens, lengths = _batch_for(shape, seed=1)
+    _, grads = session(shape, "float64", init_params(shape, 2).astype(np.float64)).loss_and_grads(tokens, lengths)
+    g = views(shape, grads)
+    for name in ("Wq", "Wf2"):
+        per_layer = [g[layer_tensor(layer, name)] for layer in range(3)]
+        assert all(t.any() for t in per_layer)
+        assert not np.allclose(per_layer[0], per_layer[1]) and not np.allclose(per_layer[1], per_layer[2])
+
+
+def _rms(x: np.ndarray) -> np.ndarray:
+    return x / math.sqrt(float(np.mean(x * x)) + RMS_EPS)
+
+
+def _microgpt_loss(shape: ModelShape, params: np.ndarray, tokens: np.ndarray, lengths: np.ndarray) -> float:
+    """microgpt.py's model written as it is there, independently of reference.py: one sequence and one position
+    at a time with a growing key/value cache per layer, heads sliced by hand, softmax by hand."""
+    w = views(shape, params.astype(np.float64))
+    hd = shape.head_dim
+    losses = []
+    for seq, length in zip(tokens, lengths, strict=True):
+        keys: list[list[np.ndarray]] = [[] for _ in range(shape.n_layers)]
+        values: list[list[np.ndarray]] = [[] for _ in range(shape.n_layers)]
+        for t in range(int(length) - 1):
+            x = _rms(w["tok_emb"][seq[t]] + w["pos_emb"][t])
+            for li in range(shape.n_layers):
+                lw = {name: w[layer_tensor(li, name)] for name in ("Wq", "Wk", "Wv", "Wo", "Wf1", "Wf2")}
+                h = _rms(x)
+                q = lw["Wq"] @ h
+                keys[li].append(lw["Wk"] @ h)
+                values[li].append(lw["Wv"] @ h)
+                heads = []
+                for head in range(shape.n_heads):
+                    cols = slice(head * hd, (head + 1) * hd)
+                    scores = [float(q[cols] @ k[cols]) / math.sqrt(hd) for k in keys[li]]
+                    top = max(scores)
+                    exps = [math.exp(s - top) for s in scores]
+                    heads.append(sum(e / sum(exps) * v[cols] for e, v in zip(exps, values[li], strict=True)))
+                x = x + lw["Wo"] @ np.concatenate(heads)
+                x = x + lw["Wf2"] @ np.maximum(lw["Wf1"] @ _rms(x), 0.0)
+            logits = w["Wlm"] @ x
+            top = float(logits.max())
+            log_norm = top + math.log(float(np.exp(logits - top).sum()))
+            losses.append(log_norm - float(logits[seq[t + 1]]))
+    return float(np.mean(losses))
+
+
+@pytest.mark.parametrize("shape", [ModelShape(16, 4), ModelShape(16, 4, n_layers=2, vocab=6, context=5),
+                                   ModelShape(32, 4, n_layers=4, vocab=40, context=9)], ids=lambda s: s.describe())
+def test_float64_loss_matches_a_plain_loop_over_layers(shape: ModelShape) -> None:
+    params = init_params(shape, 8).astype(np.float64) * 2.0  # larger than at init: every layer matters
+    tokens, lengths = _batch_for(shape, seed=3)
+    want = _microgpt_loss(shape, params, tokens, lengths)
+    # Same maths in another order of float64 operations: measured within 3.6e-16 relative over 10 seeds of
+    # each shape; 1e-12 leaves room for other BLAS summation orders.
+    assert loss_at(shape, params, tokens, lengths) == pytest.approx(want, rel=1e-12)
+    # The check has teeth: the same loop without the last layer is far off.
+    fewer = ModelShape(shape.d_model, shape.n_heads, shape.n_layers - 1, shape.vocab, shape.context) \
+        if shape.n_layers > 1 else None
+    if fewer is not None:
+        cut = np.concatenate([params[: fewer.offsets["Wlm"]], params[shape.offsets["Wlm"]:]])
+        assert abs(_microgpt_loss(fewer, cut, tokens, lengths) - want) > 1e-3
+
+
 def test_unused_embeddings_get_exactly_zero_gradient() -> None:
     shape = ModelShape(16)
     params = init_params(shape, 4)
@@ -70,19 +158,23 @@ def test_unused_embeddings_get_exactly_zero_gradient() -> None:
     g = views(shape, grads)
     assert not g["pos_emb"][5:].any() and g["pos_emb"][:5].all(axis=1).all()
     used = {0, 1, 4, 13, 14, 21, BOUNDARY}  # a b e n o v, boundary; z sits in the padding only
-    unused = sorted(set(range(VOCAB)) - used)
+    unused = sorted(set(range(NAMES.size)) - used)
     assert not g["tok_emb"][unused].any()
     assert g["tok_emb"][sorted(used - {BOUNDARY})].any(axis=1).all()
 
 
-def test_padding_tokens_change_nothing() -> None:
-    shape = ModelShape(32)
+@pytest.mark.parametrize("shape", [ModelShape(32), ModelShape(16, 4, n_layers=2, vocab=6, context=5)],
+                         ids=lambda s: s.describe())
+def test_padding_tokens_change_nothing(shape: ModelShape) -> None:
     params = init_params(shape, 5)
-    tokens, lengths = make_batches(load_names().names, 3, 16, seed=8)
+    if shape.vocab == NAMES.size:
+        tokens, lengths = make_batches(load_names().names, 3, 16, seed=8)
+    else:
+        tokens, lengths = synthetic_batches(shape, 3, 16, seed=8)
     other = tokens.copy()
     rng = np.random.default_rng(1)
-    dead = np.arange(MAX_SEQ) >= lengths[..., None]
-    other[dead] = rng.integers(0, VOCAB, int(dead.sum()))
+    dead = np.arange(tokens.shape[-1]) >= lengths[..., None]
+    other[dead] = rng.integers(0, shape.vocab, int(dead.sum()))
     assert (other != tokens).any()
     lrs = np.full(3, 0.01, np.float32)
     runs = []
@@ -98,9 +190,12 @@ def test_padding_tokens_change_nothing() -> None:
     np.testing.assert_array_equal(p1, p2)
 
 
-@pytest.mark.parametrize("d_model,expected", [(16, 4_192), (32, 14_528), (64, 53_632), (128, 205_568)])
-def test_parameter_count(d_model: int, expected: int) -> None:
-    shape = ModelShape(d_model)
+@pytest.mark.parametrize("shape,expected", [
+    (ModelShape(16), 4_192), (ModelShape(32), 14_528), (ModelShape(64), 53_632), (ModelShape(128), 205_568),
+    (ModelShape(64, 4, n_layers=2, vocab=64, context=32), 2 * 64 * 64 + 32 * 64 + 2 * 12 * 64 * 64),
+    (ModelShape(16, 4, n_layers=8, vocab=256, context=64), 2 * 256 * 16 + 64 * 16 + 8 * 12 * 16 * 16),
+])
+def test_parameter_count(shape: ModelShape, expected: int) -> None:
     state = NumpySession(shape, 16).get_state()
     assert shape.n_params == expected
     assert state.params.shape == state.adam_m.shape == state.adam_v.shape == (expected,)
@@ -112,7 +207,7 @@ def test_loss_at_init_is_near_uniform(d_model: int) -> None:
     shape = ModelShape(d_model)
     tokens, lengths = make_batches(load_names().names, 1, 64, seed=2)
     loss = loss_at(shape, init_params(shape, 0).astype(np.float64), tokens[0], lengths[0])
-    assert abs(loss - math.log(VOCAB)) < 0.15, loss
+    assert abs(loss - math.log(NAMES.size)) < 0.15, loss
 
 
 def test_zero_lm_head_gives_exactly_uniform_loss() -> None:
@@ -120,7 +215,7 @@ def test_zero_lm_head_gives_exactly_uniform_loss() -> None:
     params = init_params(shape, 0).astype(np.float64)
     views(shape, params)["Wlm"][:] = 0
     tokens, lengths = make_batches(load_names().names, 1, 16, seed=3)
-    assert loss_at(shape, params, tokens[0], lengths[0]) == pytest.approx(math.log(VOCAB), abs=1e-12)
+    assert loss_at(shape, params, tokens[0], lengths[0]) == pytest.approx(math.log(NAMES.size), abs=1e-12)
 
 
 def test_short_training_run_learns_names(names_file) -> None:
@@ -188,7 +283,7 @@ def test_non_finite_loss_raises_and_leaves_state_alone() -> None:
     views(shape, params)["Wlm"][3, 0] = np.inf
     s = session(shape, "float32", params)
     tokens, lengths = make_batches(load_names().names, 1, 4, seed=6)
-    with pytest.raises(FloatingPointError, match="non-finite loss"):
+    with pytest.raises(NonFiniteError, match="non-finite loss"):
         s.train_steps(tokens, lengths, np.full(1, 0.01, np.float32))
     assert s.get_state().step == 0
     np.testing.assert_array_equal(s.get_state().params, params)
@@ -212,6 +307,9 @@ def test_registered_through_entry_point() -> None:
     assert entry.available and entry.score == 1 and entry.distribution == "eemicrogpt-backend-numpy"
     assert entry.spec is not None and entry.spec.dtypes == ("float32", "float64")
     assert entry.spec.unsupported_reason(ModelShape(48, 6), 4096, "float64") is None
+    for shape in (ModelShape(16, 4, n_layers=8, vocab=256, context=64), ModelShape(80, 4, n_layers=2, vocab=2,
+                                                                                 context=1)):
+        assert entry.spec.unsupported_reason(shape, 16, "float32") is None, shape
     assert "float16" in (entry.spec.unsupported_reason(ModelShape(16), 16, "float16") or "")
     with open_session(entry, ModelShape(16), 16) as validated:
         assert isinstance(validated.inner, NumpySession) and isinstance(validated.inner, BackendSession)

@@ -22,9 +22,10 @@ from eemicrogpt_core.backend import BackendSpec, ProbeResult
 from eemicrogpt_core.data import encode, read_names
 from eemicrogpt_core.errors import BackendSelectionError
 from eemicrogpt_core.hookspec import hookimpl
-from eemicrogpt_core.model import ModelShape
+from eemicrogpt_core.model import DEFAULT_CONTEXT, ModelShape
 from eemicrogpt_core.plugin_guard import TIMEOUT_ENV
 from eemicrogpt_core.registry import load_registry, peak_gflops
+from eemicrogpt_core.vocab import Vocabulary
 
 SHAPE = ModelShape(16, 4)
 NEVER = threading.Event()  # never set: a probe waiting on it hangs for good
@@ -244,7 +245,7 @@ def test_one_failing_backend_does_not_abort_bench(names_file: Path) -> None:
 
     plugin = _plugin("p", BackendSpec("broken", "d", lambda: ProbeResult.ok(1), broken_factory))
     reg = load_registry(extra_plugins=(plugin,))
-    data, _ = encode(read_names(names_file).names)
+    data, _ = encode(read_names(names_file).names, Vocabulary.names(), DEFAULT_CONTEXT)
     cells = bench.speed_cells([reg.get("broken"), reg.get("numpy_ref")], (16,))
     rows, _ = bench.measure(cells, data, repeats=2, target_s=0.02)
     by_backend = {r.backend: r for r in rows}
@@ -287,8 +288,10 @@ def test_loss_at_keeps_going_past_a_size_that_fails(names_file: Path) -> None:
                     _plugin("two", BackendSpec("picky", "d", lambda: ProbeResult.ok(1), FailsAtD32)))
     entry = reg.get("one:picky")
     assert entry.selector == "one:picky"  # the name is shared: training selects it qualified
-    train_set, val_set = split(encode(read_names(names_file).names)[0], 0.1, 0)
-    rows = bench.loss_at(reg, entry, (32, 16), PreparedData(train_set, val_set, 0, 0), str(names_file), 0.05)
+    vocab = Vocabulary.names()
+    parts = split(encode(read_names(names_file).names, vocab, DEFAULT_CONTEXT)[0], 0.1, 0)
+    rows = bench.loss_at(reg, entry, (32, 16), PreparedData(parts.train, parts.validation, 0, 0, vocab),
+                         str(names_file), 0.05)
     assert "non-finite loss at step 3" in rows[0].error
     assert rows[1].error is None and rows[1].steps > 0
 
