@@ -4,13 +4,13 @@ ones give clear errors, and format-2 files (a-z, one layer, 16 pos_emb rows) sti
 from __future__ import annotations
 
 import io
-import json
 import zipfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from legacy_checkpoint import read_meta, write_format_2, write_members
 
 from eemicrogpt_core.backend import TrainState
 from eemicrogpt_core.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
@@ -60,7 +60,7 @@ def test_format_3_keeps_symbols_layers_and_context(tmp_path: Path) -> None:
     ckpt = _checkpoint(cfg=OWN_CFG, vocab=OWN)
     path = tmp_path / "checkpoint.npz"
     save_checkpoint(path, ckpt)
-    meta = _meta(path)
+    meta = read_meta(path)
     assert meta["version"] == 3 and meta["symbols"] == list(OWN.symbols)
     back = load_checkpoint(path)
     assert back.vocab == OWN and back.vocab.symbols[0] == " " and "♀" in back.vocab.symbols
@@ -114,18 +114,6 @@ def test_step_beyond_total_is_rejected(tmp_path: Path) -> None:
         load_checkpoint(path)
 
 
-# ---- editing the files by hand -----------------------------------------------------------------------------
-def _meta(path: Path) -> dict[str, Any]:
-    with zipfile.ZipFile(path) as zf:
-        return json.loads(str(np.load(io.BytesIO(zf.read("meta.npy")))))
-
-
-def _write(path: Path, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
-    buf = io.BytesIO()
-    np.savez(buf, meta=np.array(json.dumps(meta)), **arrays)
-    path.write_bytes(buf.getvalue())
-
-
 @pytest.mark.parametrize(("symbols", "message"), [
     (None, "symbols must be a list of characters"),
     ("abc", "symbols must be a list of characters"),
@@ -138,39 +126,15 @@ def _write(path: Path, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> N
 def test_a_damaged_symbol_table_is_refused(tmp_path: Path, symbols: Any, message: str) -> None:
     path = tmp_path / "checkpoint.npz"
     save_checkpoint(path, _checkpoint())
-    meta = _meta(path)
+    meta = read_meta(path)
     if symbols is None:
         del meta["symbols"]
     else:
         meta["symbols"] = symbols
     ckpt = _checkpoint()
-    _write(path, meta, {"params": ckpt.state.params, "adam_m": ckpt.state.adam_m, "adam_v": ckpt.state.adam_v})
+    write_members(path, meta, {"params": ckpt.state.params, "adam_m": ckpt.state.adam_m, "adam_v": ckpt.state.adam_v})
     with pytest.raises(CheckpointError, match=message):
         load_checkpoint(path)
-
-
-LEGACY_KEYS = ("n_layers", "context", "lowercase")  # config keys that format 2 did not have
-
-
-def write_format_2(path: Path, ckpt: Checkpoint) -> None:
-    """`ckpt` (a-z, one layer, context 15) in the format-2 layout: meta version 2 with no symbols and a config
-    without the keys format 3 added, and 16 pos_emb rows: the 16th (position 15) was never trained, so its
-    parameters hold their initial values and its Adam moments are zero."""
-    shape = ckpt.shape
-    assert ckpt.vocab == NAMES and shape.n_layers == 1 and shape.context == 15
-    meta: dict[str, Any] = {
-        "format": "eemicrogpt-checkpoint", "version": 2, "step": ckpt.state.step, "total_steps": ckpt.total_steps,
-        "sampler_state": ckpt.sampler_state, "recent_losses": ckpt.recent_losses, "backend": ckpt.backend,
-        "data_sha256": ckpt.data_sha256, "versions": {"eemicrogpt": "0.1.0"},
-        "config": {k: v for k, v in ckpt.config.to_dict().items() if k not in LEGACY_KEYS},
-    }
-    row = shape.offsets["pos_emb"] + 15 * shape.d_model
-    untrained = np.random.default_rng(99).normal(0, 0.08, shape.d_model)
-    fills = {"params": untrained, "adam_m": np.zeros(shape.d_model), "adam_v": np.zeros(shape.d_model)}
-    arrays = {name: np.insert(getattr(ckpt.state, name), row, fills[name].astype(getattr(ckpt.state, name).dtype))
-              for name in fills}
-    assert arrays["params"].size == ModelShape(shape.d_model, shape.n_heads, context=16).n_params
-    _write(path, meta, arrays)
 
 
 def test_format_2_loads_as_a_to_z_one_layer_context_15(tmp_path: Path) -> None:
@@ -192,10 +156,10 @@ def test_format_2_with_the_wrong_size_names_the_stored_layout(tmp_path: Path) ->
     ckpt = _checkpoint(cfg=cfg)
     path = tmp_path / "checkpoint.npz"
     write_format_2(path, ckpt)
-    meta = _meta(path)
+    meta = read_meta(path)
     meta["config"]["d_model"] = 32
     with zipfile.ZipFile(path) as zf:
         arrays = {k: np.load(io.BytesIO(zf.read(f"{k}.npy"))) for k in ("params", "adam_m", "adam_v")}
-    _write(path, meta, arrays)
+    write_members(path, meta, arrays)
     with pytest.raises(CheckpointError, match=r"expected \(14528,\).*d32, 4 heads, 1 layer, vocab 27, context 16"):
         load_checkpoint(path)
