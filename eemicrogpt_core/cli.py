@@ -300,6 +300,21 @@ def sample_cmd(
     print(f"wrote {len(names)} names to {target}")
 
 
+@app.command("export")
+def export_cmd(
+    run_dir: Annotated[Path, typer.Argument(help="a run directory written by `eemicrogpt train`")],
+    out: Annotated[Path, typer.Option(help="the new file to write (never overwritten)")],
+    format: Annotated[str, typer.Option(help="safetensors (tensors by name, shape/config/vocabulary in the "
+                                        "metadata) or torch (a state dict for eemicrogpt_core.torch_model)")]
+    = "safetensors",
+) -> None:
+    """Write a run's weights for use elsewhere."""
+    from eemicrogpt.api import load
+
+    path = load(run_dir).export(out, format)
+    print(f"wrote {path} ({format})")
+
+
 def backends_report(registry: BackendRegistry) -> dict[str, Any]:
     default = TrainConfig()
     auto = registry.auto_choice(default.model_shape(NAMES_VOCAB), default.batch)
