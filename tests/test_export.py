@@ -32,7 +32,7 @@ def _from_file(path: Path) -> tuple[np.ndarray, ModelShape, Vocabulary, dict[str
 
     with safe_open(str(path), framework="numpy") as f:
         metadata = f.metadata()
-        tensors = {name: f.get_tensor(name) for name in f.keys()}
+        tensors = {name: f.get_tensor(name) for name in f.keys()}  # noqa: SIM118 (safe_open is not a mapping)
     shape = ModelShape(**json.loads(metadata["eemicrogpt.shape"]))
     vocab = Vocabulary(tuple(json.loads(metadata["eemicrogpt.symbols"])))
     flat = np.concatenate([tensors[name].reshape(-1) for name in shape.tensor_names])
