@@ -26,7 +26,7 @@ from .data import encode, read_names, split
 from .datafile import resolve_data_path
 from .errors import CheckpointError, ConfigError, EemicrogptError, describe_os_error
 from .limits import check_memory
-from .model import NAMES_VOCAB, ModelShape
+from .model import DEFAULT_CONTEXT, NAMES_VOCAB, ModelShape
 from .paths import user_path
 from .precision import PRECISIONS
 from .progress import RichReporter
@@ -383,8 +383,11 @@ def _pct(value: float | None) -> str:
 
 
 def _speed_table(title: str, rows: list[bench.BenchRow]) -> Table:
+    if rows:
+        r0 = rows[0]
+        title += f" ({r0.n_layers} layer{'s' if r0.n_layers > 1 else ''}, vocab {r0.vocab}, context {r0.context})"
     table = Table("backend", "threads", "precision", "d_model", "heads", "batch", "us/step", "us/sample", "steps/s",
-                  "GFLOP/s", "% peak", "live pos", title=title)
+                  "GFLOP/s", "% peak", "live pos", "us/live pos", title=title)
     for r in rows:
         if r.error is not None:
             table.add_row(r.backend, str(r.threads), r.precision, str(r.d_model), str(r.n_heads), str(r.batch),
@@ -393,7 +396,7 @@ def _speed_table(title: str, rows: list[bench.BenchRow]) -> Table:
         table.add_row(r.backend, str(r.threads), r.precision, str(r.d_model), str(r.n_heads), str(r.batch),
                       f"{r.us_per_step:,.1f}",
                       f"{r.us_per_sample:,.2f}", f"{r.steps_per_s:,.0f}", f"{r.gflops:.2f}", _pct(r.pct_peak),
-                      f"{r.live_positions:.0f}")
+                      f"{r.live_positions:.0f}", f"{r.us_per_live_position:.2f}")
     return table
 
 
@@ -419,16 +422,21 @@ def bench_cmd(
              "cores available)")] = None,
     precision: Annotated[str | None, typer.Option(help="only backends computing in this precision: fp32, bf16 or "
                                                   "fp16 (default: every available one)")] = None,
+    n_layers: Annotated[int, typer.Option(help="layers of the benchmarked model")] = 1,
+    vocab: Annotated[int | None, typer.Option(help="vocabulary size (default: the names file's 27; another "
+                                              "size or --context runs on synthetic names)")] = None,
+    context: Annotated[int | None, typer.Option(help="predictions per name (default 16)")] = None,
 ) -> None:
     """Median us/step, us/sample, steps/s, GFLOP/s and % of FP32 peak (of the cores used) per backend and size."""
     sizes = tuple(d_model) if d_model else bench.SIZES
+    form = bench.Form(n_layers, vocab or NAMES_VOCAB, context or DEFAULT_CONTEXT)
     for d in sizes:
         if d > MAX_D_MODEL:
             raise ConfigError(f"--d-model {d}: must be <= {MAX_D_MODEL}")
         try:
-            ModelShape(d, bench.heads_for(d))
+            form.shape(d)
         except ValueError as e:
-            raise ConfigError(f"--d-model {d}: {e}") from None
+            raise ConfigError(f"--d-model {d} with --n-layers/--vocab/--context: {e}") from None
     if not 1 <= repeats <= MAX_BENCH_REPEATS:
         raise ConfigError(f"--repeats must be in 1..{MAX_BENCH_REPEATS}, got {repeats}")
     for flag, value, bound in (("--seconds", seconds, MAX_BENCH_SECONDS), ("--loss-at", loss_at, MAX_BENCH_SECONDS),
@@ -446,26 +454,28 @@ def bench_cmd(
     data_path = resolve_data_path(data, None)
     base = TrainConfig(data=str(data_path))
     names = read_names(data_path)
-    vocab = Vocabulary.from_names(names.names)
-    parts = split(encode(names.names, vocab, base.context)[0], base.val_fraction, base.seed)
-    train_set = parts.train
+    vocab_table = Vocabulary.from_names(names.names)
+    parts = split(encode(names.names, vocab_table, base.context)[0], base.val_fraction, base.seed)
+    train_set = parts.train if form.uses_names else bench.synthetic_data(form)
     measured = None if peak_gflops_ else peak_gflops(registry)  # the user's figure wins over any plugin's
     peak = peak_gflops_ or (measured.gflops if measured else None)
     peak_source = "--peak-gflops" if peak_gflops_ else (f"measured by {measured.source}" if measured else None)
     console = _wide_console(stderr=as_json)
     console.print(f"timing {', '.join(e.name for e in entries)} at d_model {', '.join(map(str, sizes))} ...")
     timing = {"peak": peak, "repeats": repeats, "target_s": seconds}
-    rows, notes = bench.measure(bench.speed_cells(entries, sizes, threads=thread_counts), train_set, **timing)
+    rows, notes = bench.measure(bench.speed_cells(entries, sizes, threads=thread_counts), train_set, form=form,
+                                **timing)
     scaling: list[bench.BenchRow] = []
     losses: list[bench.LossRow] = []
     best = bench.best_backend(registry, backend, sizes, precision) if (batch_scaling or loss_at) else None
     if batch_scaling and best is not None:
         console.print(f"batch scaling on {best.name} ...")
-        scaling, more = bench.measure(bench.scaling_cells(best, sizes, threads=thread_counts), train_set, **timing)
+        scaling, more = bench.measure(bench.scaling_cells(best, sizes, threads=thread_counts), train_set, form=form,
+                                      **timing)
         notes += more
     if loss_at is not None and best is not None:
         console.print(f"loss within {loss_at:g} s on {best.name} ...")
-        prepared = PreparedData(parts.train, parts.validation, 0, 0, vocab)
+        prepared = PreparedData(parts.train, parts.validation, 0, 0, vocab_table)
         losses = bench.loss_at(registry, best, sizes, prepared, str(data_path), loss_at, thread_counts[-1])
     if as_json:
         payload = bench.as_json(speed=rows, batch_scaling=scaling, loss_at=losses, notes=notes,
