@@ -211,6 +211,11 @@ class _Run:
         self.val_loss: float | None = None
         self.last_lr = float("nan")
         self.chunk_limit = min(8, cfg.chunk_steps)  # grows to cfg.chunk_steps once the step time is known
+        # elapsed_s continues across resumes: it starts from the last record this run kept before now.
+        earlier = run_dir.read_metrics() if run_dir is not None and resume is not None else []
+        self.elapsed_before = max((float(r.get("elapsed_s", 0.0)) for r in earlier
+                                   if r["step"] <= self.step and isinstance(r.get("elapsed_s"), (int, float))),
+                                  default=0.0)
         self.started = time.perf_counter()
 
     @property
@@ -292,7 +297,7 @@ class _Run:
             "train_loss": self.train_loss,
             "val_loss": self.val_loss,
             "lr": self.last_lr,
-            "elapsed_s": round(time.perf_counter() - self.started, 4),
+            "elapsed_s": round(self.elapsed_before + time.perf_counter() - self.started, 4),
             "us_per_step": round(1e6 * self.seconds / done, 3),
         }
         self.records.append(record)
