@@ -13,7 +13,7 @@
 typedef struct { /* one layer's activations of the current sequence, at every position t < C */
     float *h1, *r1;   /* [C][D], [C]: rms(x) of the layer's input x and its 1/rms */
     float *q, *k, *v; /* [C][D] */
-    float *p;         /* [H][C][C] attention probabilities, row t over positions s <= t */
+    float *p;         /* [H][C][C] attention probabilities, row t over positions u <= t */
     float *att;       /* [C][D] attention output, before Wo */
     float *x_mid;     /* [C][D] x + Wo att: the residual between the two blocks */
     float *h2, *r2;   /* rms(x_mid) */
@@ -21,13 +21,13 @@ typedef struct { /* one layer's activations of the current sequence, at every po
 } layer_acts;
 
 struct emg_session {
-    emg_core core;           /* shape, params, Adam moments, gradient, step: owned by the shared layer */
+    emg_core core;            /* shape, params, Adam moments, gradient, step: owned by the shared layer */
     int D, H, HD, F, V, C, L; /* the shape, spelt as the maths below uses it (F = 4D hidden units) */
-    float *block;            /* every array below lives in this one allocation (see lay_out) */
-    float *emb_r;            /* [C] 1/rms of tok_emb + pos_emb */
+    float *block;             /* every array below lives in this one allocation (see lay_out) */
+    float *emb_r;             /* [C] 1/rms of tok_emb + pos_emb */
     float *x[EMG_MAX_LAYERS + 1]; /* [C][D] x[l]: the residual entering layer l; x[L] feeds the LM head */
     layer_acts layer[EMG_MAX_LAYERS];
-    float *dlog;             /* [C][V] d(loss)/d(logits) */
+    float *dlog;              /* [C][V] d(loss)/d(logits) */
     /* backward: d(loss)/d(x[l]) for the layer being undone, and per-layer and per-position scratch */
     float *dx, *dx_mid, *dq, *dk, *dv; /* [C][D] */
     float *dhid, *dh, *datt, *dp;      /* [F], [D], [D], [C] */
@@ -116,8 +116,9 @@ static float forward(emg_session *s, const uint8_t *tok, int T, float wgt) {
     const int D = s->D, V = s->V;
     const float *p = s->core.params;
     for (int t = 0; t < T; t++) { /* x[0] = rms(tok_emb[tok] + pos_emb[t]): the one norm before the layers */
+        const float *tok_row = p + s->core.layout.tok_emb + tok[t] * D, *pos_row = p + s->core.layout.pos_emb + t * D;
         float *x = s->x[0] + t * D;
-        for (int i = 0; i < D; i++) x[i] = p[s->core.layout.tok_emb + tok[t] * D + i] + p[s->core.layout.pos_emb + t * D + i];
+        for (int i = 0; i < D; i++) x[i] = tok_row[i] + pos_row[i];
         s->emb_r[t] = rms(x, x, D);
     }
     for (int l = 0; l < s->L; l++) layer_forward(s, l, T);
@@ -211,8 +212,8 @@ static void backward(emg_session *s, const uint8_t *tok, int T) {
 /* ---- the hooks the shared layer calls ---- */
 
 /* Every valid shape whose parameter count fits an int, so the int indexing above cannot overflow (d_model
- * up to 4728 at 8 layers; far more than scalar C trains in reasonable time). Counted in double: exact here,
- * and the shape's own product could overflow a long. */
+ * up to about 4700 at 8 layers: far more than scalar C trains in reasonable time). Counted in double, which
+ * is exact at these sizes, where the same products in long could overflow for a huge d_model. */
 static int supports(const emg_shape *sh) {
     const double d = sh->d_model;
     return 2.0 * sh->vocab * d + (double)sh->context * d + 12.0 * sh->n_layers * d * d <= (double)INT_MAX;
@@ -252,7 +253,7 @@ static int init(emg_session *s) {
 static void release(emg_session *s) { free(s->block); } /* also after a failed init: block is NULL or ours */
 static void params_changed(emg_session *s) { (void)s; } /* no derived copies of the weights */
 
-/* Fills s->core.grads for the batch (always: computing it is the cheap part here) and returns the mean loss. */
+/* Returns the mean loss and fills s->core.grads, even when not asked to: one code path (the layer ignores it). */
 static float loss_and_grad(emg_session *s, int batch, const uint8_t *tokens, const uint8_t *lengths, int want_grads) {
     (void)want_grads;
     int n_live = 0;
