@@ -127,6 +127,12 @@ def _summary(result: TrainResult, cfg: TrainConfig, console: Console) -> None:
         f"(mean of last 100), val loss {val}; {result.us_per_step:.1f} us/step, {result.steps_per_s:,.0f} steps/s",
         highlight=False,
     )
+    c = result.contention
+    if c is not None and c.contended:
+        loads = ", ".join(f"{x:.1f}" for x in (c.load_start, c.load_end) if x is not None)
+        console.print(f"note: the machine was busy during this time-budget run ({c.slowdown:.2f}x the fastest "
+                      f"warm-up step, load average {loads or 'unknown'} on {c.cpus} CPUs): its step count is "
+                      "not a quiet machine's", highlight=False)
     names = generate(result.state.params, result.shape, result.vocab, n=10, temperature=0.5, seed=cfg.seed)
     console.print("samples: " + ", ".join(names), highlight=False)
     if result.run_dir is not None:

@@ -20,6 +20,7 @@ import numpy as np
 from .backend import TrainState
 from .checkpoint import Checkpoint, save_checkpoint, software_versions
 from .config import MAX_STEPS, TrainConfig
+from .contention import Contention, cpus_available, load_average
 from .data import BatchSampler, Dataset, encode, fixed_batches, read_names, split
 from .errors import EemicrogptError, NonFiniteError, StorageError, describe_os_error
 from .interrupt import deferred_stop, signal_name
@@ -111,6 +112,7 @@ class TrainResult:
     run_dir: Path | None = None
     records: list[dict[str, Any]] = field(default_factory=list)
     stop_signal: int | None = None  # the signal that stopped the run, if one did
+    contention: Contention | None = None  # time-budget runs: how busy the machine was
 
     @property
     def steps_run(self) -> int:
@@ -155,8 +157,9 @@ def evaluate(session: Any, batches: list[tuple[np.ndarray, np.ndarray]]) -> floa
     return float(np.mean([session.loss_and_grads(t, ln, want_grads=False)[0] for t, ln in batches]))
 
 
-def estimate_steps(session: Any, data: Dataset, cfg: TrainConfig, budget: float) -> int:
-    """Steps that fit in `budget` seconds, from a timed warm-up on throwaway batches; state is restored.
+def estimate_steps(session: Any, data: Dataset, cfg: TrainConfig, budget: float) -> tuple[int, float]:
+    """Steps that fit in `budget` seconds, from a timed warm-up on throwaway batches, and the fastest warm-up
+    chunk's seconds per step (the calibration contention.py compares the run with); state is restored.
 
     The per-step time is the median over several warm-up chunks, so one chunk slowed by a busy machine
     does not skew the estimate; the first chunk (cold caches, lazy set-up) is not counted.
@@ -178,7 +181,8 @@ def estimate_steps(session: Any, data: Dataset, cfg: TrainConfig, budget: float)
             break
         n = min(2 * n, 1000)
     session.set_state(saved)
-    return min(MAX_STEPS, max(1, int(budget / statistics.median(per_step))))  # the cap every run shares
+    steps = min(MAX_STEPS, max(1, int(budget / statistics.median(per_step))))  # the cap every run shares
+    return steps, min(per_step)
 
 
 class _Run:
@@ -187,6 +191,8 @@ class _Run:
     def __init__(self, cfg: TrainConfig, entry: BackendEntry, session: Any, data: PreparedData, shape: ModelShape,
                  run_dir: RunDir | None, resume: Checkpoint | None) -> None:
         self.cfg, self.entry, self.session, self.run_dir = cfg, entry, session, run_dir
+        self.load_start: float | None = None
+        self.calibration_s: float | None = None  # set for a fresh time-budget run
         self.shape, self.vocab = shape, data.vocab
         self.data_sha256 = data.data_sha256
         self.sampler = BatchSampler(data.train, cfg.batch, cfg.seed)
@@ -200,7 +206,10 @@ class _Run:
         else:
             session.set_state(TrainState.fresh(init_params(shape, cfg.seed)))
             budget = cfg.time_budget
-            self.total = cfg.steps if budget is None else estimate_steps(session, data.train, cfg, budget)
+            self.total = cfg.steps
+            if budget is not None:
+                self.load_start = load_average()
+                self.total, self.calibration_s = estimate_steps(session, data.train, cfg, budget)
         start = session.get_state()
         self.step = int(start.step)
         self.good = _Snapshot(start, self.sampler.get_state())
@@ -325,6 +334,14 @@ class _Run:
         self.saved_step = int(state.step)
         return "checkpoint saved"
 
+    def contention(self) -> Contention | None:
+        """For a time-budget run: how busy the machine was around it."""
+        done = sum(c.size for c in self.chunks)
+        if self.calibration_s is None or not done:
+            return None
+        return Contention(self.load_start, load_average(), 1e6 * self.calibration_s, 1e6 * self.seconds / done,
+                          cpus_available())
+
     def result(self, interrupted: bool, stop_signal: int | None = None) -> TrainResult:
         return TrainResult(
             backend=self.entry.name,
@@ -340,6 +357,7 @@ class _Run:
             run_dir=self.run_dir.path if self.run_dir else None,
             records=self.records,
             stop_signal=stop_signal,
+            contention=self.contention(),
         )
 
 
