@@ -22,7 +22,7 @@ from .checkpoint import Checkpoint, save_checkpoint, software_versions
 from .config import MAX_STEPS, TrainConfig
 from .contention import Contention, cpus_available, load_average
 from .data import BatchSampler, Dataset, encode, fixed_batches, read_names, split
-from .errors import EemicrogptError, NonFiniteError, StorageError, describe_os_error
+from .errors import ConfigError, EemicrogptError, NonFiniteError, StorageError, describe_os_error
 from .interrupt import deferred_stop, signal_name
 from .model import ModelShape, init_params
 from .optim import lr_schedule
@@ -189,7 +189,7 @@ class _Run:
     """One invocation of the loop: the session, the sampler and the bookkeeping the steps share."""
 
     def __init__(self, cfg: TrainConfig, entry: BackendEntry, session: Any, data: PreparedData, shape: ModelShape,
-                 run_dir: RunDir | None, resume: Checkpoint | None) -> None:
+                 run_dir: RunDir | None, resume: Checkpoint | None, extend_to: int | None = None) -> None:
         self.cfg, self.entry, self.session, self.run_dir = cfg, entry, session, run_dir
         self.load_start: float | None = None
         self.calibration_s: float | None = None  # set for a fresh time-budget run
@@ -202,7 +202,7 @@ class _Run:
             session.set_state(resume.state)
             self.sampler.set_state(resume.sampler_state)
             self.recent.extend(resume.recent_losses)
-            self.total = resume.total_steps
+            self.total = resume.total_steps if extend_to is None else extend_to
         else:
             session.set_state(TrainState.fresh(init_params(shape, cfg.seed)))
             budget = cfg.time_budget
@@ -369,13 +369,24 @@ def train(
     resume: Checkpoint | None = None,
     reporter: Reporter | None = None,
     data: PreparedData | None = None,
+    extend_to: int | None = None,
 ) -> TrainResult:
     """Train cfg (backend and data already resolved) and return the result; Ctrl-C saves and returns.
 
     The first Ctrl-C stops at the next chunk boundary; a KeyboardInterrupt between chunks (a second Ctrl-C,
     or one raised by a reporter) also saves, while one inside a backend call keeps the last checkpoint,
     because the state in the middle of a chunk matches no step.
+
+    extend_to (with resume): train on to this many steps in all, also past a finished run's end. The linear
+    decay is then re-spanned over the new total: step s after the checkpoint uses lr (1 - (s - 1) / extend_to),
+    as if the run had been planned that long; the steps already run keep the rates they had.
     """
+    if extend_to is not None:
+        if resume is None:
+            raise EemicrogptError("extend_to needs a run to resume (internal)")
+        if not int(resume.state.step) < extend_to <= MAX_STEPS:
+            raise ConfigError(f"--steps {extend_to:,} must be more than the {int(resume.state.step):,} steps this "
+                              f"run has done (and at most {MAX_STEPS:,})")
     reporter = reporter or NullReporter()
     data = data or prepare_data(cfg, resume.vocab if resume is not None else None)
     shape = cfg.model_shape(data.vocab.size)
@@ -383,7 +394,7 @@ def train(
     auto = cfg.backend in ("", "auto")
     backend_note = (registry.fallback_note(entry, shape, cfg.batch, cfg.dtype) if auto else None) or ""
     with open_session(entry, shape, cfg.batch, cfg.dtype, cfg.threads) as session:
-        run = _Run(cfg, entry, session, data, shape, run_dir, resume)
+        run = _Run(cfg, entry, session, data, shape, run_dir, resume, extend_to)
         if run_dir is not None:
             run_dir.write_config(cfg)
             run_dir.keep_metrics_until(run.step)
