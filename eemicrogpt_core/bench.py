@@ -128,7 +128,7 @@ def time_steps(
     *,
     repeats: int = 5,
     target_s: float = 0.3,
-    peak: float | None = None,
+    peaks: dict[str, float] | None = None,
     seed: int = 0,
     threads: int | None = None,
 ) -> BenchRow:
@@ -163,6 +163,7 @@ def time_steps(
     lengths_all = np.concatenate(lengths_seen)
     us = 1e6 * statistics.median(times)
     gflops = float(step_flops(shape, lengths_all).mean()) / (us * 1e3)
+    peak = (peaks or {}).get(precision_of(entry))  # the peak of what this backend computes in
     return BenchRow(
         backend=entry.name,
         d_model=shape.d_model,
@@ -217,7 +218,7 @@ def measure(
     cells: Iterable[Cell],
     data: Dataset,
     *,
-    peak: float | None = None,
+    peaks: dict[str, float] | None = None,
     repeats: int = 5,
     target_s: float = 0.3,
     form: Form = Form(),
@@ -242,7 +243,7 @@ def measure(
         if entry.name in one_thread and (entry.name, d, batch, 1) in done:
             continue  # the same one-thread cell again
         try:
-            row = time_steps(entry, shape, batch, data, repeats=repeats, target_s=target_s, peak=peak,
+            row = time_steps(entry, shape, batch, data, repeats=repeats, target_s=target_s, peaks=peaks,
                              threads=threads)
         except Exception as exc:
             rows.append(failed_row(entry.name, shape, batch, f"{type(exc).__name__}: {exc}"))

@@ -28,7 +28,7 @@ from .errors import CheckpointError, ConfigError, EemicrogptError, describe_os_e
 from .limits import check_memory
 from .model import DEFAULT_CONTEXT, NAMES_VOCAB, ModelShape
 from .paths import user_path
-from .precision import PRECISIONS
+from .precision import FP32, PRECISIONS
 from .progress import RichReporter
 from .registry import BackendRegistry, load_registry, peak_gflops
 from .rundir import RunDir
@@ -127,6 +127,12 @@ def _summary(result: TrainResult, cfg: TrainConfig, console: Console) -> None:
         f"(mean of last 100), val loss {val}; {result.us_per_step:.1f} us/step, {result.steps_per_s:,.0f} steps/s",
         highlight=False,
     )
+    c = result.contention
+    if c is not None and c.contended:
+        loads = ", ".join(f"{x:.1f}" for x in (c.load_start, c.load_end) if x is not None)
+        console.print(f"note: the machine was busy during this time-budget run ({c.slowdown:.2f}x the fastest "
+                      f"warm-up step, load average {loads or 'unknown'} on {c.cpus} CPUs): its step count is "
+                      "not a quiet machine's", highlight=False)
     names = generate(result.state.params, result.shape, result.vocab, n=10, temperature=0.5, seed=cfg.seed)
     console.print("samples: " + ", ".join(names), highlight=False)
     if result.run_dir is not None:
@@ -457,12 +463,19 @@ def bench_cmd(
     vocab_table = Vocabulary.from_names(names.names)
     parts = split(encode(names.names, vocab_table, base.context)[0], base.val_fraction, base.seed)
     train_set = parts.train if form.uses_names else bench.synthetic_data(form)
-    measured = None if peak_gflops_ else peak_gflops(registry)  # the user's figure wins over any plugin's
-    peak = peak_gflops_ or (measured.gflops if measured else None)
-    peak_source = "--peak-gflops" if peak_gflops_ else (f"measured by {measured.source}" if measured else None)
+    # Each backend is compared with the peak of the precision it computes in; the user's FP32 figure wins.
+    peaks: dict[str, float] = {}
+    peak_sources: dict[str, str] = {}
+    for prec in dict.fromkeys(bench.precision_of(e) for e in entries):
+        if prec == FP32 and peak_gflops_:
+            peaks[prec], peak_sources[prec] = peak_gflops_, "--peak-gflops"
+            continue
+        measured = peak_gflops(registry, precision=prec)
+        if measured is not None:
+            peaks[prec], peak_sources[prec] = measured.gflops, f"measured by {measured.source}"
     console = _wide_console(stderr=as_json)
     console.print(f"timing {', '.join(e.name for e in entries)} at d_model {', '.join(map(str, sizes))} ...")
-    timing = {"peak": peak, "repeats": repeats, "target_s": seconds}
+    timing = {"peaks": peaks, "repeats": repeats, "target_s": seconds}
     rows, notes = bench.measure(bench.speed_cells(entries, sizes, threads=thread_counts), train_set, form=form,
                                 **timing)
     scaling: list[bench.BenchRow] = []
@@ -479,7 +492,7 @@ def bench_cmd(
         losses = bench.loss_at(registry, best, sizes, prepared, str(data_path), loss_at, thread_counts[-1])
     if as_json:
         payload = bench.as_json(speed=rows, batch_scaling=scaling, loss_at=losses, notes=notes,
-                                peak_gflops=peak, peak_source=peak_source, flops_formula=bench.__doc__)
+                                peak_gflops=peaks, peak_source=peak_sources, flops_formula=bench.__doc__)
         print(json.dumps(payload, indent=2))
         _exit_if_failed([*rows, *scaling, *losses], console)
         return
@@ -497,8 +510,14 @@ def bench_cmd(
             table.add_row(r.backend, str(r.d_model), f"{r.lr:g}", f"{r.steps:,}", f"{r.us_per_step:,.1f}",
                           f"{r.train_loss:.4f}", val)
         console.print(table)
-    console.print(f"FP32 peak: {peak:.1f} GFLOP/s per core ({peak_source}); % peak is of threads x this" if peak else
-                  "FP32 peak: unknown (no plugin measures it here; pass --peak-gflops to get % of peak)")
+    for prec in dict.fromkeys(r.precision for r in rows):
+        if prec in peaks:
+            console.print(f"{prec} peak: {peaks[prec]:.1f} GFLOP/s per core ({peak_sources[prec]}); % peak of a "
+                          f"{prec} backend is of threads x this", highlight=False)
+        else:
+            hint = "; pass --peak-gflops" if prec == FP32 else ""
+            console.print(f"{prec} peak: unknown (no plugin measures it here{hint}): no % of peak for {prec} rows",
+                          highlight=False)
     for note in notes:
         console.print(note, highlight=False)
     _exit_if_failed([*rows, *scaling, *losses], console)
