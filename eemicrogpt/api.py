@@ -88,9 +88,6 @@ def train(config: str | Path | None = None, *, data: str | Path | None = None, b
     $EEMICROGPT_BACKEND > config > auto. A run directory is written (`out`, default runs/<time>-d<size>).
     progress: a progress bar and log lines (in a terminal or a notebook), or nothing.
     """
-    for key in ("data", "backend"):
-        if key in keys:
-            raise ConfigError(f"pass {key} as its own argument, not among the config keys")
     cfg = load_config(user_path(config, "config") if config is not None else None, keys)
     check_memory(cfg)
     cfg = dataclasses.replace(cfg, backend=resolve_backend(backend, cfg.backend))
