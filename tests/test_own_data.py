@@ -221,3 +221,13 @@ def test_a_format_2_run_on_capitalised_names_resumes(names_file: Path, tmp_path:
     assert result.exit_code == 0, result.output
     assert np.array_equal(load_checkpoint(half / "checkpoint.npz").state.params,
                           load_checkpoint(full / "checkpoint.npz").state.params)
+
+
+@pytest.mark.xfail(strict=True, reason="train has no --n-layers, --context, --lowercase or --val-fraction flags "
+                   "(config keys only), though the too-many-characters error tells users to pass --lowercase")
+def test_shape_flags_on_the_command_line(tmp_path: Path) -> None:
+    data = write_names(tmp_path / "cities.txt", [n.title() for n in DATASETS["cities"]])
+    result = run("train", *TINY, "--data", str(data), "--out", str(tmp_path / "run"), "--n-layers", "2",
+                 "--context", "12", "--lowercase", "--val-fraction", "0")
+    assert result.exit_code == 0, result.output
+    assert "2 layers" in result.stdout and "context 12" in result.stdout and "0 validation names" in result.stdout
