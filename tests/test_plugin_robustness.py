@@ -224,6 +224,19 @@ def test_a_hung_peak_measurement_is_ignored(monkeypatch: pytest.MonkeyPatch) -> 
     assert peak_gflops(_registry(_plugin("best", _spec("fast", score=100), peak=lambda: NEVER.wait()))) is None
 
 
+def test_each_precision_has_the_peak_of_its_own_best_backend() -> None:
+    both = _plugin("both", _spec("wide", score=50), _spec("narrow", score=40, precision="bf16"))
+    both.eemicrogpt_peak_gflops = hookimpl()(lambda precision, seconds: {"fp32": 90.0, "bf16": 360.0}[precision])
+    legacy = _plugin("legacy", _spec("older", score=100), peak=lambda: 75.0)  # only the fp32 hook
+    reg = _registry(both, legacy)
+    bf16 = peak_gflops(reg, precision="bf16")
+    assert bf16 is not None and bf16.gflops == 360.0 and "plugin of narrow" in bf16.source
+    fp32 = peak_gflops(reg)  # the best fp32 backend's plugin has only eemicrogpt_fp32_peak_gflops
+    assert fp32 is not None and fp32.gflops == 75.0 and "plugin of older" in fp32.source
+    assert peak_gflops(_registry(both)).gflops == 90.0
+    assert peak_gflops(reg, precision="fp16") is None  # no fp16 backend
+
+
 def test_no_peak_without_a_scoring_backend() -> None:
     assert peak_gflops(_registry(_plugin("p", _spec("manual", score=0), peak=lambda: 50.0))) is None
 
