@@ -10,7 +10,6 @@ import json
 import math
 import signal
 import sys
-import unicodedata
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -22,7 +21,7 @@ from typer.core import TyperGroup
 from . import __version__, bench
 from .checkpoint import Checkpoint, load_checkpoint
 from .config import MAX_D_MODEL, TrainConfig, build_config, load_config, resolve_backend
-from .data import encode, read_names, split
+from .data import clean_prefix, encode, read_names, split
 from .datafile import resolve_data_path
 from .errors import CheckpointError, ConfigError, EemicrogptError, describe_os_error
 from .limits import check_memory
@@ -293,7 +292,7 @@ def sample_cmd(
         raise ConfigError(f"--out {target} already exists; choose a new file (samples never overwrite one)")
     ckpt = load_checkpoint(RunDir.existing(run_dir).checkpoint_path)
     names = generate(ckpt.state.params, ckpt.shape, ckpt.vocab, n=n, temperature=temperature, seed=seed,
-                     prefix=unicodedata.normalize("NFC", prefix), max_len=max_len, unique=unique)
+                     prefix=clean_prefix(prefix, ckpt.config.lowercase), max_len=max_len, unique=unique)
     if target is None:
         for name in names:
             print(name)

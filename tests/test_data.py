@@ -192,9 +192,6 @@ def test_one_name_validates_on_the_training_name() -> None:
     assert "too few" in parts.note and "training names" in parts.note
 
 
-@pytest.mark.xfail(strict=True, reason="data.split splits 2 names 1/1 at 10%: ceil(0.2) = 1 leaves one for "
-                   "training, so its too-few rule (n_val >= n) never fires for 2 names, although its docstring "
-                   "(and issue 'a file of 1 or 2 names trains') says it does")
 def test_two_names_validate_on_the_training_names() -> None:
     data = _dataset(2)
     parts = split(data, 0.1, seed=0)

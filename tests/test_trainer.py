@@ -229,11 +229,7 @@ class Recorder(NullReporter):
         Recorder.last = info
 
 
-TWO_NAMES_SPLIT = pytest.mark.xfail(strict=True, reason="data.split at val_fraction 0.1 splits 2 names 1/1 "
-                                   "(ceil(0.2) = 1 < 2): one of the two is never trained on")
-
-
-@pytest.mark.parametrize("lines", [["zoë"], pytest.param(["zoë", "Ana Lu"], marks=TWO_NAMES_SPLIT)])
+@pytest.mark.parametrize("lines", [["zoë"], ["zoë", "Ana Lu"]])
 def test_one_or_two_names_train(registry: BackendRegistry, cfg: TrainConfig, tmp_path: Path,
                                 lines: list[str]) -> None:
     path = tmp_path / "names.txt"
