@@ -27,7 +27,12 @@ def default_heads(d_model: int) -> int:
 
 
 class ShapeError(ValueError):
-    """An impossible model shape."""
+    """An impossible model shape: `key` names the ModelShape field at fault (a config key of the same name),
+    `problem` says what is wrong ("must divide d_model 30, got 4")."""
+
+    def __init__(self, key: str, problem: str) -> None:
+        self.key, self.problem = key, problem
+        super().__init__(f"{key} {problem}")
 
 
 @dataclass(frozen=True)
@@ -36,12 +41,13 @@ class ModelShape:
     n_heads: int = DEFAULT_HEADS
 
     def __post_init__(self) -> None:
-        if self.d_model < 1 or self.n_heads < 1:
-            raise ShapeError(f"d_model and n_heads must be positive (got {self.d_model}, {self.n_heads})")
+        for key in ("d_model", "n_heads"):
+            if getattr(self, key) < 1:
+                raise ShapeError(key, f"must be >= 1, got {getattr(self, key)}")
         if self.d_model % self.n_heads:
-            raise ShapeError(f"d_model {self.d_model} is not divisible by n_heads {self.n_heads}")
+            raise ShapeError("n_heads", f"must divide d_model {self.d_model}, got {self.n_heads}")
         if self.head_dim < 4:
-            raise ShapeError(f"head_dim = d_model / n_heads must be >= 4 (got {self.head_dim})")
+            raise ShapeError("n_heads", f"leaves head_dim {self.head_dim} (d_model / n_heads must be >= 4)")
 
     @property
     def head_dim(self) -> int:
