@@ -24,7 +24,7 @@ from ..atomic import atomic_write_bytes
 from ..errors import EemicrogptError
 from ..registry import load_registry
 from ..rundir import CHECKPOINT_NAME, CONFIG_NAME
-from .cpus import THREAD_ENV_VARS
+from .placement import THREAD_ENV_VARS
 from .ray_tasks import node_report, read_run_files, run_task
 from .runner import FAILED, INTERRUPTED, one_line
 from .spec import Run
