@@ -27,9 +27,9 @@ from typing import Any
 
 import yaml
 
+from .abi import MAX_CONTEXT, MAX_LAYERS
 from .errors import ConfigError
-from .model import ModelShape, ShapeError, default_heads
-from .native import header_constant
+from .model import DEFAULT_CONTEXT, NAMES_VOCAB, ModelShape, ShapeError, default_heads
 from .precision import PRECISIONS
 
 DTYPES = ("float32", "float64", "float16")
@@ -40,7 +40,7 @@ DEFAULT_SOURCE = "built-in default"
 # width, and 1024 (12.6M parameters) is already far beyond what these CPUs train usefully. Steps: the trainer
 # keeps every step's loss of an invocation in memory (4 bytes each), 400 MB at the bound.
 MAX_D_MODEL = 1024
-# The largest batch a config may ask for (numpy_ref takes all of it; a native session at most native.MAX_BATCH).
+# The largest batch a config may ask for (numpy_ref takes all of it; a native session at most abi.MAX_NATIVE_BATCH).
 MAX_CONFIG_BATCH = 4096
 MAX_STEPS = 100_000_000
 MAX_CHUNK_STEPS = 10_000
@@ -48,9 +48,6 @@ MAX_EVAL_BATCHES = 10_000
 MAX_SEED = 2**63 - 1
 MAX_TIME_BUDGET = 7 * 24 * 3600.0
 MAX_CONFIG_BYTES = 1 << 20  # a config is a few hundred bytes; refuse to parse megabytes
-# The model's depth and context are bounded by the C ABI (eemicrogpt.h), which every backend covers.
-MAX_LAYERS = header_constant("EMG_MAX_LAYERS")
-MAX_CONTEXT = header_constant("EMG_MAX_CONTEXT")
 
 # Hyperparameters per size (configs/dNN.yaml mirror these; a test keeps them equal). A run of one of these widths
 # gets its preset for every value that neither the command line nor the config file gives (load_config).
@@ -104,12 +101,14 @@ class TrainConfig:
     # Default run: d64 for 40,000 steps at lr 0.002, about ten seconds on avx512 (~240 us/step on a quiet core).
     # Measured on avx512: this run reached val loss 1.99; d32 for 80k steps (same wall time) 2.02-2.03, d64 for
     # 20k steps at 0.003 2.01. The seed's 0.002 for its longer d64 runs held up.
+    # The model's keys (d_model, n_heads, n_layers, context) are checked together by ModelShape (_check_values);
+    # their Settings hold only what ModelShape does not rule on.
     d_model: int = _key(64, f"model width; {', '.join(f'd{d}' for d in PRESETS)} bring their preset "
-                        "(lr, steps, heads) for the values not given", minimum=1, maximum=MAX_D_MODEL)
-    n_heads: int = _key(default_heads(64), "attention heads (must divide d_model, head size >= 4)", minimum=1)
-    n_layers: int = _key(1, f"transformer blocks, 1..{MAX_LAYERS}", minimum=1, maximum=MAX_LAYERS)
-    context: int = _key(16, f"predictions per name (microgpt's block_size), 1..{MAX_CONTEXT}; longer names are "
-                        "truncated", minimum=1, maximum=MAX_CONTEXT)
+                        "(lr, steps, heads) for the values not given", maximum=MAX_D_MODEL)
+    n_heads: int = _key(default_heads(64), "attention heads (must divide d_model, head size >= 4)")
+    n_layers: int = _key(1, f"transformer blocks, 1..{MAX_LAYERS}")
+    context: int = _key(DEFAULT_CONTEXT, f"predictions per name (microgpt's block_size), 1..{MAX_CONTEXT}; longer "
+                        "names are truncated")
     batch: int = _key(16, "names per step", minimum=1, maximum=MAX_CONFIG_BATCH)
     steps: int = _key(40000, "training steps (the LR decays to zero over them)", minimum=1, maximum=MAX_STEPS)
     time_budget: float | None = _key(  # seconds; when set, the steps that fit replace `steps`
@@ -141,10 +140,9 @@ class TrainConfig:
                                  "fp32, a named backend runs in its own; reduced precision is never picked unless "
                                  "asked for)", choices=PRECISIONS)
 
-    @property
-    def shape(self) -> ModelShape:
-        # n_layers and context join the shape once ModelShape takes them (with the vocabulary from the data).
-        return ModelShape(self.d_model, self.n_heads)
+    def model_shape(self, vocab: int) -> ModelShape:
+        """The model this config trains on data whose vocabulary has `vocab` tokens."""
+        return ModelShape(self.d_model, self.n_heads, self.n_layers, vocab, self.context)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -250,8 +248,8 @@ def _check_values(cfg: TrainConfig, sources: Mapping[str, str]) -> None:
         problem = _problem(key, getattr(cfg, key))
         if problem:
             fail(key, problem)
-    try:
-        cfg.shape  # noqa: B018 (ModelShape checks the rules that tie the model's keys together)
+    try:  # the model's rules; any valid vocabulary will do, since the data decides it and no key sets it
+        cfg.model_shape(NAMES_VOCAB)
     except ShapeError as e:
         # A default at fault is blamed on the given shape key it clashes with (d_model: 30 leaves 4 heads wrong).
         given = [sources[f.name] for f in dataclasses.fields(ModelShape) if f.name in sources]

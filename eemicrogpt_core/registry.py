@@ -139,6 +139,17 @@ class BackendRegistry:
         ]
         return max(candidates, key=lambda e: (e.score, e.name), default=None)
 
+    def fallback_note(self, chosen: BackendEntry, shape: ModelShape, batch: int, dtype: str = "float32") -> str | None:
+        """One line when `auto` settled for a backend below others available here that cannot run this shape
+        (e.g. numpy_ref for a width no native kernel has), naming them and why."""
+        precision = chosen.spec.precision if chosen.spec is not None else None
+        better = [e for e in self.available()
+                  if e.score > chosen.score and e.spec is not None and e.spec.precision == precision]
+        if not better:
+            return None
+        reasons = "; ".join(str(e.spec.unsupported_reason(shape, batch, dtype)) for e in better if e.spec)
+        return f"only {chosen.name} can run {shape.describe()} here ({reasons}); expect it to be slower"
+
     def select(
         self, requested: str | None, shape: ModelShape, batch: int, dtype: str = "float32",
         precision: str | None = None,
@@ -192,7 +203,7 @@ class BackendRegistry:
             reasons.append(f"{e.name}: {reason or 'never chosen automatically (score 0)'}")
         why = "; ".join(reasons)
         raise BackendSelectionError(
-            f"no available backend can run d_model={shape.d_model}, n_heads={shape.n_heads}, batch={batch}, "
+            f"no available backend can run {shape.describe()}, batch={batch}, "
             f"dtype={dtype}, precision={wanted(precision)} ({why})"
         )
 

@@ -21,12 +21,13 @@ from .backend import TrainState
 from .checkpoint import Checkpoint, save_checkpoint, software_versions
 from .config import MAX_STEPS, TrainConfig
 from .data import BatchSampler, Dataset, encode, fixed_batches, read_names, split
-from .errors import EemicrogptError, StorageError, describe_os_error
+from .errors import EemicrogptError, NonFiniteError, StorageError, describe_os_error
 from .interrupt import deferred_stop, signal_name
-from .model import init_params
+from .model import ModelShape, init_params
 from .optim import lr_schedule
 from .registry import BackendEntry, BackendRegistry, open_session
 from .rundir import RunDir
+from .vocab import Vocabulary
 
 ROLLING = 100  # train loss is reported as the mean of the last 100 steps
 WARMUP_STREAM = 3  # batch stream for the time-budget warm-up, so it never shifts the training batches
@@ -38,9 +39,9 @@ class TrainingDiverged(EemicrogptError):
 
 
 def _is_nonfinite_error(e: Exception) -> bool:
-    """A backend's way of saying "non-finite": numpy_ref raises FloatingPointError, native sessions an error with
-    status 4 ("non-finite loss or parameter")."""
-    return isinstance(e, FloatingPointError) or getattr(e, "status", None) == 4 or "non-finite" in str(e)
+    """A backend's way of saying "non-finite": NonFiniteError (native sessions and numpy_ref raise it); a
+    third-party Python backend may let numpy's FloatingPointError through."""
+    return isinstance(e, (NonFiniteError, FloatingPointError))
 
 
 @dataclass
@@ -64,6 +65,10 @@ class RunInfo:
     n_truncated: int
     n_dropped: int
     run_dir: Path | None
+    shape: ModelShape
+    vocab: Vocabulary
+    data_note: str = ""  # how the data was split when that is not the plain split
+    backend_note: str = ""  # why auto settled for a slower backend
 
 
 class Reporter(Protocol):
@@ -98,7 +103,9 @@ class TrainResult:
     total_steps: int
     losses: np.ndarray  # per-step losses of this invocation (before each update)
     train_loss: float  # rolling mean of the last ROLLING steps
-    val_loss: float | None
+    val_loss: float | None  # None without a validation split
+    shape: ModelShape
+    vocab: Vocabulary
     train_seconds: float  # time inside backend train_steps calls
     interrupted: bool = False
     run_dir: Path | None = None
@@ -121,24 +128,30 @@ class TrainResult:
 @dataclass
 class PreparedData:
     train: Dataset
-    val: Dataset
+    val: Dataset | None  # None: no validation split
     n_truncated: int
     n_dropped: int
+    vocab: Vocabulary
     data_sha256: str = ""  # fingerprint of the names file, stored in checkpoints to check resumes
+    note: str = ""  # the split's note (data.Split.note)
 
 
-def prepare_data(cfg: TrainConfig) -> PreparedData:
-    """Read cfg.data (already resolved to a path), encode it and split it with the run's seed."""
+def prepare_data(cfg: TrainConfig, vocab: Vocabulary | None = None) -> PreparedData:
+    """Read cfg.data (already resolved to a path), build its vocabulary (or check it against `vocab`, a
+    resumed run's table), encode it at cfg.context and split it with the run's seed."""
     if not cfg.data:
         raise EemicrogptError("no names file resolved for this run (internal: resolve cfg.data first)")
-    names = read_names(cfg.data, drop_invalid=cfg.drop_invalid)
-    data, n_truncated = encode(names.names)
-    train, val = split(data, cfg.val_fraction, cfg.seed)
-    return PreparedData(train, val, n_truncated, names.n_dropped, names.sha256)
+    names = read_names(cfg.data, drop_invalid=cfg.drop_invalid, lowercase=cfg.lowercase, vocab=vocab)
+    vocab = vocab or Vocabulary.from_names(names.names)
+    data, n_truncated = encode(names.names, vocab, cfg.context)
+    parts = split(data, cfg.val_fraction, cfg.seed)
+    return PreparedData(parts.train, parts.validation, n_truncated, names.n_dropped, vocab, names.sha256, parts.note)
 
 
-def evaluate(session: Any, batches: list[tuple[np.ndarray, np.ndarray]]) -> float:
-    """Mean of the per-batch mean losses over fixed batches; the state is not changed."""
+def evaluate(session: Any, batches: list[tuple[np.ndarray, np.ndarray]]) -> float | None:
+    """Mean of the per-batch mean losses over fixed batches (None without any); the state is not changed."""
+    if not batches:
+        return None
     return float(np.mean([session.loss_and_grads(t, ln, want_grads=False)[0] for t, ln in batches]))
 
 
@@ -171,12 +184,13 @@ def estimate_steps(session: Any, data: Dataset, cfg: TrainConfig, budget: float)
 class _Run:
     """One invocation of the loop: the session, the sampler and the bookkeeping the steps share."""
 
-    def __init__(self, cfg: TrainConfig, entry: BackendEntry, session: Any, data: PreparedData,
+    def __init__(self, cfg: TrainConfig, entry: BackendEntry, session: Any, data: PreparedData, shape: ModelShape,
                  run_dir: RunDir | None, resume: Checkpoint | None) -> None:
         self.cfg, self.entry, self.session, self.run_dir = cfg, entry, session, run_dir
+        self.shape, self.vocab = shape, data.vocab
         self.data_sha256 = data.data_sha256
         self.sampler = BatchSampler(data.train, cfg.batch, cfg.seed)
-        self.val_batches = fixed_batches(data.val, cfg.batch, cfg.eval_batches)
+        self.val_batches = [] if data.val is None else fixed_batches(data.val, cfg.batch, cfg.eval_batches)
         self.recent: deque[float] = deque(maxlen=ROLLING)
         if resume is not None:
             session.set_state(resume.state)
@@ -184,7 +198,7 @@ class _Run:
             self.recent.extend(resume.recent_losses)
             self.total = resume.total_steps
         else:
-            session.set_state(TrainState.fresh(init_params(cfg.shape, cfg.seed)))
+            session.set_state(TrainState.fresh(init_params(shape, cfg.seed)))
             budget = cfg.time_budget
             self.total = cfg.steps if budget is None else estimate_steps(session, data.train, cfg, budget)
         start = session.get_state()
@@ -268,7 +282,10 @@ class _Run:
         if not all(np.all(np.isfinite(a)) for a in (state.params, state.adam_m, state.adam_v)):
             raise self._diverged(f"the parameters became non-finite by step {self.step}")
         self.good = _Snapshot(state, self.sampler.get_state())
-        self.val_loss = evaluate(self.session, self.val_batches)
+        try:
+            self.val_loss = evaluate(self.session, self.val_batches)
+        except NonFiniteError:
+            raise self._diverged(f"the validation loss became non-finite at step {self.step}") from None
         done = sum(c.size for c in self.chunks)
         record = {
             "step": self.step,
@@ -292,8 +309,9 @@ class _Run:
         if self.run_dir is None:
             return "no run directory, nothing saved"
         state = state if state is not None else self.session.get_state()
-        ckpt = Checkpoint(state, self.total, self.sampler.get_state(), self.cfg, list(self.recent), self.entry.name,
-                          self.data_sha256, software_versions(f"{self.entry.distribution} {self.entry.version}"))
+        ckpt = Checkpoint(state, self.total, self.sampler.get_state(), self.cfg, self.vocab, list(self.recent),
+                          self.entry.name, self.data_sha256,
+                          software_versions(f"{self.entry.distribution} {self.entry.version}"))
         try:
             save_checkpoint(self.run_dir.checkpoint_path, ckpt)
         except OSError as e:
@@ -310,6 +328,8 @@ class _Run:
             losses=np.concatenate(self.chunks) if self.chunks else np.zeros(0, np.float32),
             train_loss=self.train_loss,
             val_loss=self.val_loss,
+            shape=self.shape,
+            vocab=self.vocab,
             train_seconds=self.seconds,
             interrupted=interrupted,
             run_dir=self.run_dir.path if self.run_dir else None,
@@ -334,15 +354,20 @@ def train(
     because the state in the middle of a chunk matches no step.
     """
     reporter = reporter or NullReporter()
-    entry = registry.select(cfg.backend, cfg.shape, cfg.batch, cfg.dtype, cfg.precision)
-    data = data or prepare_data(cfg)
-    with open_session(entry, cfg.shape, cfg.batch, cfg.dtype, cfg.threads) as session:
-        run = _Run(cfg, entry, session, data, run_dir, resume)
+    data = data or prepare_data(cfg, resume.vocab if resume is not None else None)
+    shape = cfg.model_shape(data.vocab.size)
+    entry = registry.select(cfg.backend, shape, cfg.batch, cfg.dtype, cfg.precision)
+    auto = cfg.backend in ("", "auto")
+    backend_note = (registry.fallback_note(entry, shape, cfg.batch, cfg.dtype) if auto else None) or ""
+    with open_session(entry, shape, cfg.batch, cfg.dtype, cfg.threads) as session:
+        run = _Run(cfg, entry, session, data, shape, run_dir, resume)
         if run_dir is not None:
             run_dir.write_config(cfg)
             run_dir.keep_metrics_until(run.step)
-        reporter.start(RunInfo(entry, cfg, run.step, run.total, len(data.train), len(data.val), data.n_truncated,
-                               data.n_dropped, run_dir.path if run_dir else None))
+        n_val = 0 if data.val is None else len(data.val)
+        reporter.start(RunInfo(entry, cfg, run.step, run.total, len(data.train), n_val, data.n_truncated,
+                               data.n_dropped, run_dir.path if run_dir else None, shape, data.vocab, data.note,
+                               backend_note))
         interrupted, in_chunk, signum = False, False, None
 
         def note(first: int) -> None:

@@ -34,4 +34,5 @@ def eemicrogpt_backends() -> Iterator[BackendSpec]:
         n_heads=None,
         dtypes=DTYPES,
         max_batch=MAX_CONFIG_BATCH,  # every batch a config may ask for
+        envelope="any valid shape (d_model up to the config's bound)",
     )
