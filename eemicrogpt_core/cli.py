@@ -447,7 +447,7 @@ def bench_cmd(
     peak_source = "--peak-gflops" if peak_gflops_ else (f"measured by {measured.source}" if measured else None)
     console = _wide_console(stderr=as_json)
     console.print(f"timing {', '.join(e.name for e in entries)} at d_model {', '.join(map(str, sizes))} ...")
-    timing = {"peak": peak, "repeats": repeats, "target_s": seconds}
+    timing: dict[str, Any] = {"peak": peak, "repeats": repeats, "target_s": seconds}
     rows, notes = bench.measure(bench.speed_cells(entries, sizes, threads=thread_counts), train_set, form=form,
                                 **timing)
     scaling: list[bench.BenchRow] = []

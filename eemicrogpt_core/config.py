@@ -20,7 +20,7 @@ import re
 import reprlib
 import types
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -258,7 +258,7 @@ def _check_values(cfg: TrainConfig, sources: Mapping[str, str]) -> None:
 
 
 def build_config(
-    layers: list[tuple[str, Mapping[str, Any]]], base: TrainConfig | None = None
+    layers: Sequence[tuple[str, Mapping[str, Any]]], base: TrainConfig | None = None
 ) -> TrainConfig:
     """Apply (source, {key: value}) layers in order over base; later layers win. Values None are skipped."""
     values = (base or TrainConfig()).to_dict()
@@ -276,7 +276,7 @@ def build_config(
     return cfg
 
 
-def _preset_layer(layers: list[tuple[str, Mapping[str, Any]]]) -> list[tuple[str, Mapping[str, Any]]]:
+def _preset_layer(layers: Sequence[tuple[str, Mapping[str, Any]]]) -> list[tuple[str, Mapping[str, Any]]]:
     """The preset of the width the layers choose (the last d_model given, else the default's), as a layer."""
     d_model = TrainConfig().d_model
     for _, mapping in layers:
@@ -330,7 +330,8 @@ class _ConfigLoader(yaml.reader.Reader, yaml.scanner.Scanner, yaml.parser.Parser
             "10 in 1.1); write the plain decimal number you mean, or quote it for a string", node.start_mark)
 
 
-_ConfigLoader.add_constructor(_AMBIGUOUS_TAG, _ConfigLoader.construct_ambiguous)
+# The stubs accept only PyYAML's own loader classes here; _ConfigLoader is assembled from the same parts.
+_ConfigLoader.add_constructor(_AMBIGUOUS_TAG, _ConfigLoader.construct_ambiguous)  # type: ignore[type-var]
 
 
 class _ConfigDumper(yaml.emitter.Emitter, yaml.serializer.Serializer, yaml.representer.SafeRepresenter,

@@ -7,8 +7,7 @@ split a step simply run on one thread.
 
 from __future__ import annotations
 
-from typing import Any
-
+from .backend import BackendSession, ThreadedSession
 from .topology import physical_core_count
 
 # The default never exceeds this: a step holds at most 256 x 15 rows, and finer chunks than this would be
@@ -16,12 +15,12 @@ from .topology import physical_core_count
 MAX_DEFAULT_THREADS = 16
 
 
-def apply_threads(session: Any, requested: int | None) -> int:
+def apply_threads(session: BackendSession, requested: int | None) -> int:
     """Ask a backend session for `requested` threads (None: the physical cores); returns the count in use.
 
-    Sessions without `set_threads` run on one thread.
+    Sessions without `set_threads` (the optional ThreadedSession part of the protocol) run on one thread.
     """
-    set_threads = getattr(session, "set_threads", None)
-    if set_threads is None:
+    if not isinstance(session, ThreadedSession):
         return 1
-    return int(set_threads(requested if requested is not None else min(physical_core_count(), MAX_DEFAULT_THREADS)))
+    default = min(physical_core_count(), MAX_DEFAULT_THREADS)
+    return int(session.set_threads(requested if requested is not None else default))

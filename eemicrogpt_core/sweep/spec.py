@@ -32,7 +32,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 import numpy as np
 import yaml
@@ -120,7 +120,7 @@ def _parse_distribution(where: str, spec: Any) -> dict[str, Any]:
     if dist not in (*LOG_UNIFORM, "uniform"):
         raise _fail(where, f"distribution must be log_uniform or uniform, got {dist!r}")
     lo, hi = spec.get("min"), spec.get("max")
-    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in (lo, hi)):
+    if not (_finite_number(lo) and _finite_number(hi)):
         raise _fail(where, f"min and max must be finite numbers, got {lo!r} and {hi!r}")
     if not lo < hi:
         raise _fail(where, f"min must be below max, got {lo} and {hi}")
@@ -287,6 +287,10 @@ def draw_random(spec: SweepSpec) -> list[dict[str, Any]]:
 def _fmt(value: Any) -> str:
     text = f"{value:g}" if isinstance(value, float) else str(value)
     return re.sub(r"[^A-Za-z0-9.+-]", "_", text)
+
+
+def _finite_number(value: object) -> TypeGuard[float]:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def run_id(varied: Mapping[str, Any]) -> str:
