@@ -80,7 +80,7 @@ class Setting:
     choices: tuple[str, ...] | None = None
     null_means: str | None = None  # what null stands for, said in errors: "(or null for ...)"
     check: Callable[[Any], str | None] | None = None  # a rule bounds cannot say: the problem ("must ..."), or None
-    flag: str | None = None  # the CLI option when not --key-with-dashes; "" keeps the key off the command line
+    flag: str | None = None  # the CLI option when not --key-with-dashes
     on_resume: bool = False  # `train --resume` may change it (the rest is the saved run's)
 
 

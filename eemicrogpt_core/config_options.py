@@ -24,10 +24,6 @@ def flag_of(key: str) -> str:
     return SETTINGS[key].flag or "--" + key.replace("_", "-")
 
 
-def command_line_keys() -> list[str]:
-    return [key for key, setting in SETTINGS.items() if setting.flag != ""]
-
-
 def _option(key: str) -> inspect.Parameter:
     value_type = next(t for t in FIELD_TYPES[key] if t is not type(None))
     flag = flag_of(key)
@@ -39,9 +35,9 @@ def _option(key: str) -> inspect.Parameter:
 
 def with_config_options(command: Callable[..., Any]) -> Callable[..., Any]:
     """Add an option per config key to a typer command after its own parameters; the command gets their values as
-    `overrides: dict[str, Any]` (every command-line key, None when not given)."""
+    `overrides: dict[str, Any]` (every key, None when not given)."""
     own = [p for p in inspect.signature(command, eval_str=True).parameters.values() if p.name != OVERRIDES]
-    keys = command_line_keys()
+    keys = list(SETTINGS)
     clash = {p.name for p in own} & set(keys)
     if clash:
         raise TypeError(f"{command.__name__} has parameters named like config keys: {', '.join(sorted(clash))}")

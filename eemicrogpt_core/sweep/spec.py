@@ -24,7 +24,6 @@ checked with the trainer's own rules before anything starts, so a bad spec fails
 
 from __future__ import annotations
 
-import dataclasses
 import difflib
 import itertools
 import math
@@ -37,12 +36,12 @@ from typing import Any, TypeGuard
 import numpy as np
 import yaml
 
-from ..config import TrainConfig, build_config, read_yaml
+from ..config import KEYS, TrainConfig, build_config, read_yaml
 from ..errors import ConfigError
 
 TOP_KEYS = ("name", "base", "grid", "random", "seeds", "steps", "time_budget")
 RANDOM_KEYS = ("count", "seed", "parameters")
-TRAINING_KEYS = tuple(f.name for f in dataclasses.fields(TrainConfig))
+TRAINING_KEYS = KEYS
 SWEEP_OWNED = ("out",)  # each run's directory is chosen by the sweep
 LOG_UNIFORM = ("log_uniform", "log_uniform_values")  # W&B's name for bounds given as values
 SIGNIFICANT_DIGITS = 4  # random draws are rounded so run names and tables stay readable
