@@ -93,7 +93,7 @@ def save_checkpoint(path: Path, ckpt: Checkpoint) -> None:
         "symbols": list(ckpt.vocab.symbols),
     }
     buf = io.BytesIO()
-    arrays = {name: _float_array(getattr(ckpt.state, name)) for name in _ARRAYS}
+    arrays: dict[str, Any] = {name: _float_array(getattr(ckpt.state, name)) for name in _ARRAYS}
     np.savez(buf, meta=np.array(json.dumps(meta, allow_nan=False)), **arrays)
     atomic_write_bytes(Path(path), buf.getvalue())
 
@@ -164,7 +164,7 @@ def _checked(meta: dict[str, Any]) -> tuple[int, int, dict[str, Any], list[float
         raise CheckpointError(f"total_steps {total} is outside 1..{MAX_STEPS}")
     if not 0 <= step <= total:
         raise CheckpointError(f"step {step} is outside 0..{total}")
-    sampler_state = meta.get("sampler_state")
+    sampler_state: Any = meta.get("sampler_state")  # checked just below
     problem = sampler_state_problem(sampler_state)
     if problem is not None:
         raise CheckpointError(f"damaged sampler state ({problem})")

@@ -20,7 +20,8 @@ from typer.core import TyperGroup
 
 from . import __version__, bench
 from .checkpoint import Checkpoint, load_checkpoint
-from .config import MAX_D_MODEL, TrainConfig, build_config, load_config, resolve_backend
+from .config import MAX_D_MODEL, SETTINGS, TrainConfig, build_config, load_config, resolve_backend
+from .config_options import flag_of, with_config_options
 from .data import clean_prefix, encode, read_names, split
 from .datafile import resolve_data_path
 from .errors import CheckpointError, ConfigError, EemicrogptError, describe_os_error
@@ -111,11 +112,8 @@ def main(
     pass  # the app's help text is set on the Typer above
 
 
-_THREADS_HELP = "threads per step (default: the physical cores available; same threads => same losses)"
-_PRECISION_HELP = ("matrix-product precision: fp32, bf16 or fp16 (default: auto picks fp32, a named backend runs in "
-                   "its own; reduced precision is never picked unless asked for)")
-_BACKEND_HELP = "backend name or 'auto' (precedence: this flag > $EEMICROGPT_BACKEND > config > auto)"
-_DATA_HELP = "names file (precedence: this flag > $EEMICROGPT_DATA > config > cached makemore names.txt)"
+_BACKEND_HELP = SETTINGS["backend"].help
+_DATA_HELP = SETTINGS["data"].help
 
 
 def _summary(result: TrainResult, cfg: TrainConfig, console: Console) -> None:
@@ -198,56 +196,43 @@ def _resume_setup(
 
 
 @app.command("train")
+@with_config_options
 def train_cmd(
     config: Annotated[
         Path | None, typer.Option("--config", "-c", help="YAML config (default: built in, equal to configs/d64.yaml)")
     ] = None,
-    backend: Annotated[str | None, typer.Option(help=_BACKEND_HELP)] = None,
-    d_model: Annotated[int | None, typer.Option(help="model width")] = None,
-    n_heads: Annotated[int | None, typer.Option(help="attention heads (must divide d_model)")] = None,
-    batch: Annotated[int | None, typer.Option(help="names per step")] = None,
-    steps: Annotated[int | None, typer.Option(help="training steps (the LR decays to zero over them)")] = None,
-    time_budget: Annotated[
-        float | None, typer.Option(help="seconds of training (measured by a short warm-up first); the steps that "
-                                   "fit replace --steps")
-    ] = None,
-    lr: Annotated[float | None, typer.Option(help="initial learning rate")] = None,
-    seed: Annotated[int | None, typer.Option(help="seed of init, split and batches")] = None,
-    data: Annotated[str | None, typer.Option(help=_DATA_HELP)] = None,
-    drop_invalid: Annotated[
-        bool, typer.Option("--drop-invalid", help="skip names with characters outside a-z (counted)")
-    ] = False,
-    out: Annotated[str | None, typer.Option(help="run directory (default runs/<time>-d<d_model>)")] = None,
-    log_every: Annotated[int | None, typer.Option(help="steps between log lines, val loss and checkpoints")] = None,
     resume: Annotated[Path | None, typer.Option(help="continue the run in this directory exactly")] = None,
     allow_data_change: Annotated[
         bool, typer.Option("--allow-data-change", help="with --resume: continue even though the names file "
                            "differs from the one the run trained on (its sha256 is in the checkpoint)")
     ] = False,
-    threads: Annotated[int | None, typer.Option(help=_THREADS_HELP)] = None,
-    precision: Annotated[str | None, typer.Option(help=_PRECISION_HELP)] = None,
+    *,
+    overrides: dict[str, Any],
 ) -> None:
-    """Train a model; writes config.yaml, metrics.jsonl and checkpoint.npz to the run directory."""
+    """Train a model; writes config.yaml, metrics.jsonl and checkpoint.npz to the run directory.
+
+    Each value comes from: its flag > the --config file > the preset of the chosen d_model > the built-in default.
+    """
     console = Console(soft_wrap=True)  # log lines stay whole in logs and pipes
-    overrides = {
-        "d_model": d_model, "n_heads": n_heads, "batch": batch, "steps": steps, "time_budget": time_budget,
-        "lr": lr, "seed": seed, "out": out, "log_every": log_every, "drop_invalid": drop_invalid or None,
-        "threads": threads, "precision": precision,
-    }
+    # backend and data have their own precedence, with an environment variable between flag and config.
+    backend, data = overrides.pop("backend"), overrides.pop("data")
     registry = load_registry()
     if resume is not None:
-        given = [f"--{k.replace('_', '-')}" for k, v in overrides.items() if v is not None and k != "threads"]
+        changeable = [key for key in overrides if SETTINGS[key].on_resume]
+        given = [flag_of(key) for key, v in overrides.items() if v is not None and key not in changeable]
         if config is not None:
             given.insert(0, "--config")
         if given:
+            allowed = ", ".join(flag_of(key) for key, setting in SETTINGS.items() if setting.on_resume)
             raise ConfigError(f"--resume continues the saved config; drop {', '.join(given)} "
-                              "(only --backend, --data and --threads may change)")
+                              f"(only {allowed} may change)")
         setup = _resume_setup(registry, resume, backend, data, allow_data_change, console)
         if setup is None:
             return
         cfg, run, ckpt, prepared = setup
-        if threads is not None:
-            cfg = build_config([("command line", {"threads": threads})], cfg)  # checked like any override
+        changes = {key: overrides[key] for key in changeable if overrides[key] is not None}
+        if changes:
+            cfg = build_config([("command line", changes)], cfg)  # checked like any override
     else:
         if allow_data_change:
             raise ConfigError("--allow-data-change only applies with --resume")
@@ -474,7 +459,7 @@ def bench_cmd(
             peaks[prec], peak_sources[prec] = measured.gflops, f"measured by {measured.source}"
     console = _wide_console(stderr=as_json)
     console.print(f"timing {', '.join(e.name for e in entries)} at d_model {', '.join(map(str, sizes))} ...")
-    timing = {"peaks": peaks, "repeats": repeats, "target_s": seconds}
+    timing: dict[str, Any] = {"peaks": peaks, "repeats": repeats, "target_s": seconds}
     rows, notes = bench.measure(bench.speed_cells(entries, sizes, threads=thread_counts), train_set, form=form,
                                 **timing)
     scaling: list[bench.BenchRow] = []

@@ -176,7 +176,7 @@ class BatchSampler:
         return self.data.tokens[index], self.data.lengths[index]
 
     def get_state(self) -> dict[str, Any]:
-        return self.rng.bit_generator.state
+        return dict(self.rng.bit_generator.state)
 
     def set_state(self, state: dict[str, Any]) -> None:
         problem = sampler_state_problem(state)

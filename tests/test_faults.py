@@ -483,7 +483,7 @@ def test_two_runs_never_share_a_run_directory(names_file: Path, tmp_path: Path,
         (["--seed", "-1"], "seed must be >= 0, got -1"),
         (["--seed", str(2**64)], "seed must be <= "),
         (["--lr", "nan"], "lr must be a finite number"),
-        (["--time-budget", "inf"], "time_budget must be a positive number"),
+        (["--time-budget", "inf"], "time_budget must be a finite number in (0, 604,800], got inf"),
         (["--out", "~no_such_user_eemicrogpt/run"], "cannot expand ~no_such_user_eemicrogpt (no such user)"),
     ],
 )
