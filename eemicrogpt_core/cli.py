@@ -170,9 +170,10 @@ def _check_same_data(ckpt: Checkpoint, prepared: PreparedData, cfg: TrainConfig,
 
 def _resume_setup(
     registry: BackendRegistry, resume: Path, backend: str | None, data: str | None, allow_data_change: bool,
-    console: Console,
+    console: Console, extend_to: int | None = None,
 ) -> tuple[TrainConfig, RunDir, Checkpoint, PreparedData] | None:
-    """The saved run with only backend and data overridable; None when it has already finished."""
+    """The saved run with only backend and data overridable; None when it has already finished (and no
+    extend_to asks for more steps)."""
     run = RunDir.existing(resume)
     ckpt = load_checkpoint(run.checkpoint_path)
     data_path = user_path(data, "--data") if data else ckpt.config.data
@@ -180,8 +181,17 @@ def _resume_setup(
         ckpt.config, backend=resolve_backend(backend, ckpt.config.backend), data=str(data_path) if data_path else None,
         out=str(run.path),
     )
-    if ckpt.state.step >= ckpt.total_steps:
-        console.print(f"{run.path} already finished ({ckpt.total_steps:,} steps); nothing to resume")
+    if extend_to is not None:
+        if extend_to <= ckpt.state.step:
+            raise ConfigError(f"--steps {extend_to:,} with --resume must be more than the {int(ckpt.state.step):,} "
+                              "steps this run has done")
+        cfg = dataclasses.replace(cfg, steps=extend_to)
+        console.print(f"extending to {extend_to:,} steps (from {ckpt.total_steps:,}): the learning rate decays "
+                      f"linearly to 0 over all {extend_to:,}, so step {int(ckpt.state.step) + 1:,} continues at "
+                      f"{ckpt.config.lr * (1 - ckpt.state.step / extend_to):.3g}", highlight=False)
+    elif ckpt.state.step >= ckpt.total_steps:
+        console.print(f"{run.path} already finished ({ckpt.total_steps:,} steps); nothing to resume (pass "
+                      "--steps N to train on to N steps)")
         return None
     chosen = registry.select(cfg.backend, ckpt.shape, cfg.batch, cfg.dtype, cfg.precision).name
     prepared = prepare_data(cfg, ckpt.vocab)
@@ -219,14 +229,15 @@ def train_cmd(
     registry = load_registry()
     if resume is not None:
         changeable = [key for key in overrides if SETTINGS[key].on_resume]
+        extend_to = overrides.pop("steps")  # --steps with --resume: train on to that many steps
         given = [flag_of(key) for key, v in overrides.items() if v is not None and key not in changeable]
         if config is not None:
             given.insert(0, "--config")
         if given:
             allowed = ", ".join(flag_of(key) for key, setting in SETTINGS.items() if setting.on_resume)
             raise ConfigError(f"--resume continues the saved config; drop {', '.join(given)} "
-                              f"(only {allowed} may change)")
-        setup = _resume_setup(registry, resume, backend, data, allow_data_change, console)
+                              f"(only {allowed} may change, and --steps extends the run)")
+        setup = _resume_setup(registry, resume, backend, data, allow_data_change, console, extend_to)
         if setup is None:
             return
         cfg, run, ckpt, prepared = setup
@@ -237,10 +248,11 @@ def train_cmd(
         if allow_data_change:
             raise ConfigError("--allow-data-change only applies with --resume")
         cfg, run, prepared = _fresh_setup(registry, config, overrides, backend, data)
-        ckpt = None
+        ckpt, extend_to = None, None
     run.claim()  # a second process training (or resuming) this directory stops here
     try:
-        result = train(cfg, registry, run_dir=run, resume=ckpt, reporter=RichReporter(console), data=prepared)
+        result = train(cfg, registry, run_dir=run, resume=ckpt, reporter=RichReporter(console), data=prepared,
+                       extend_to=extend_to)
     finally:
         run.release()
     _summary(result, cfg, console)

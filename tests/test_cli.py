@@ -316,3 +316,19 @@ def test_val_fraction_reaches_the_run(names_file: Path, tmp_path: Path) -> None:
     n_train, n_val = (int(n.replace(",", "")) for n in re.findall(r"([\d,]+) train / ([\d,]+) validation",
                                                                   result.stdout)[0])
     assert n_val == math.ceil(0.25 * (n_train + n_val))
+
+
+def test_resume_with_steps_extends_a_finished_run(names_file: Path, tmp_path: Path) -> None:
+    out = tmp_path / "ext"
+    first = run("train", "--d-model", "16", "--steps", "20", "--log-every", "10", "--out", str(out),
+                "--backend", "numpy_ref", "--data", str(names_file))
+    assert first.exit_code == 0, first.output
+    done = run("train", "--resume", str(out))
+    assert done.exit_code == 0 and "pass --steps N" in done.output
+    more = run("train", "--resume", str(out), "--steps", "30")
+    assert more.exit_code == 0, more.output
+    assert "extending to 30 steps (from 20)" in more.output and "continues at 0.00" in more.output
+    ckpt = load_checkpoint(out / "checkpoint.npz")
+    assert (ckpt.state.step, ckpt.total_steps, ckpt.config.steps) == (30, 30, 30)
+    fewer = run("train", "--resume", str(out), "--steps", "30")
+    assert_one_line_error(fewer, "must be more than the 30 steps")
