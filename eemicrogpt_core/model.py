@@ -72,11 +72,11 @@ class ModelShape:
         if self.d_model // self.n_heads < 4:
             return "n_heads", f"leaves head_dim {self.d_model // self.n_heads} (d_model / n_heads must be >= 4)"
         if not 1 <= self.n_layers <= MAX_LAYERS:
-            return "n_layers", f"must be in 1..{MAX_LAYERS}, got {self.n_layers}"
+            return "n_layers", f"must be 1..{MAX_LAYERS}, got {self.n_layers}"
         if not MIN_VOCAB <= self.vocab <= MAX_VOCAB:
             return "vocab", f"must be {MIN_VOCAB}..{MAX_VOCAB} tokens, got {self.vocab}"
         if not 1 <= self.context <= MAX_CONTEXT:
-            return "context", f"must be in 1..{MAX_CONTEXT}, got {self.context}"
+            return "context", f"must be 1..{MAX_CONTEXT}, got {self.context}"
         return None
 
     @property

@@ -288,8 +288,8 @@ def test_a_width_flag_brings_its_preset(monkeypatch: pytest.MonkeyPatch, names_f
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--n-layers", "9"], "command line: n_layers must be in 1..8, got 9"),
-        (["--context", "0"], "command line: context must be in 1..64, got 0"),
+        (["--n-layers", "9"], "command line: n_layers must be 1..8, got 9"),
+        (["--context", "0"], "command line: context must be 1..64, got 0"),
         (["--val-fraction", "1"], "command line: val_fraction must be a finite number in [0, 1), got 1.0"),
         (["--dtype", "int8"], "command line: dtype must be one of float32, float64, float16, got 'int8'"),
         (["--d-model", "30"], "command line: n_heads must divide d_model 30, got 4"),

@@ -50,9 +50,9 @@ def test_depth_and_context_bounds_are_the_c_abis() -> None:
     cfg = load_config(None, {"n_layers": 8, "context": 64})
     assert (cfg.n_layers, cfg.context) == (8, 64)
     assert (TrainConfig().n_layers, TrainConfig().context, TrainConfig().lowercase) == (1, 16, False)
-    with pytest.raises(ConfigError, match=r"^command line: n_layers must be in 1\.\.8, got 9$"):
+    with pytest.raises(ConfigError, match=r"^command line: n_layers must be 1\.\.8, got 9$"):
         load_config(None, {"n_layers": 9})
-    with pytest.raises(ConfigError, match=r"^command line: context must be in 1\.\.64, got 65$"):
+    with pytest.raises(ConfigError, match=r"^command line: context must be 1\.\.64, got 65$"):
         load_config(None, {"context": 65})
 
 
@@ -141,13 +141,13 @@ def test_wrong_types(tmp_path: Path, text: str, pattern: str) -> None:
         ("time_budget: .nan\n", r"time_budget must be a finite number"),
         ("lr: .inf\n", r"lr must be a finite number >= 0, got inf"),
         ("n_heads: 0\n", r"run\.yaml: n_heads must be >= 1, got 0"),
-        ("n_layers: 0\n", r"run\.yaml: n_layers must be in 1\.\.8, got 0"),
-        ("context: 0\n", r"run\.yaml: context must be in 1\.\.64, got 0"),
+        ("n_layers: 0\n", r"run\.yaml: n_layers must be 1\.\.8, got 0"),
+        ("context: 0\n", r"run\.yaml: context must be 1\.\.64, got 0"),
         ("d_model: 0\n", r"run\.yaml: d_model must be >= 1, got 0"),
         ("d_model: 2000\n", r"run\.yaml: d_model must be <= 1,024, got 2,000"),
         ("val_fraction: -0.1\n", r"val_fraction must be a finite number in \[0, 1\)"),
-        ("n_layers: 9\n", r"n_layers must be in 1\.\.8, got 9"),
-        ("context: 65\n", r"context must be in 1\.\.64, got 65"),
+        ("n_layers: 9\n", r"n_layers must be 1\.\.8, got 9"),
+        ("context: 65\n", r"context must be 1\.\.64, got 65"),
         ("lowercase: 1\n", r"lowercase must be true or false"),
         ("dtype: int8\n", r"dtype must be one of float32, float64, float16"),
         ("seed: -1\n", r"seed must be >= 0"),

@@ -223,8 +223,6 @@ def test_a_format_2_run_on_capitalised_names_resumes(names_file: Path, tmp_path:
                           load_checkpoint(full / "checkpoint.npz").state.params)
 
 
-@pytest.mark.xfail(strict=True, reason="train has no --n-layers, --context, --lowercase or --val-fraction flags "
-                   "(config keys only), though the too-many-characters error tells users to pass --lowercase")
 def test_shape_flags_on_the_command_line(tmp_path: Path) -> None:
     data = write_names(tmp_path / "cities.txt", [n.title() for n in DATASETS["cities"]])
     result = run("train", *TINY, "--data", str(data), "--out", str(tmp_path / "run"), "--n-layers", "2",
