@@ -29,6 +29,14 @@ class BatchError(EemicrogptError, ValueError):
     """Arrays handed to a backend have the wrong dtype, shape or values."""
 
 
+class NonFiniteError(EemicrogptError):
+    """A backend found a non-finite loss, gradient or parameter (the run diverged)."""
+
+
+class BackendOutputError(EemicrogptError):
+    """A backend session returned something malformed (wrong type, dtype, shape, count or step)."""
+
+
 class StorageError(EemicrogptError):
     """The operating system refused a read or write (permissions, read-only or full disk, a missing folder)."""
 

@@ -19,14 +19,15 @@ import numpy as np
 
 from .backend import TrainState
 from .checkpoint import Checkpoint, save_checkpoint, software_versions
-from .config import MAX_STEPS, TrainConfig
+from .config import MAX_STEPS, PRESETS, TrainConfig
 from .data import BatchSampler, Dataset, encode, fixed_batches, read_names, split
-from .errors import EemicrogptError, StorageError, describe_os_error
+from .errors import BackendOutputError, EemicrogptError, NonFiniteError, StorageError, describe_os_error
 from .interrupt import deferred_stop, signal_name
 from .model import init_params
 from .optim import lr_schedule
 from .registry import BackendEntry, BackendRegistry, open_session
 from .rundir import RunDir
+from .session_checks import CheckedSession, nonfinite_part
 
 ROLLING = 100  # train loss is reported as the mean of the last 100 steps
 WARMUP_STREAM = 3  # batch stream for the time-budget warm-up, so it never shifts the training batches
@@ -38,9 +39,18 @@ class TrainingDiverged(EemicrogptError):
 
 
 def _is_nonfinite_error(e: Exception) -> bool:
-    """A backend's way of saying "non-finite": numpy_ref raises FloatingPointError, native sessions an error with
-    status 4 ("non-finite loss or parameter")."""
-    return isinstance(e, FloatingPointError) or getattr(e, "status", None) == 4 or "non-finite" in str(e)
+    """A backend's way of saying "non-finite": NonFiniteError, numpy_ref's FloatingPointError, or a native
+    session's error with status 4 ("non-finite loss or parameter"); the core's other errors are not."""
+    if isinstance(e, (NonFiniteError, FloatingPointError)):
+        return True
+    return not isinstance(e, EemicrogptError) and (getattr(e, "status", None) == 4 or "non-finite" in str(e))
+
+
+def lower_lr(lr: float, d_model: int) -> float:
+    """The --lr to suggest after a divergence: a tenth of this one, or the size's usual rate when this one is
+    far above it (a tenth of 1e30 diverges just the same)."""
+    usual = PRESETS.get(d_model, {}).get("lr", TrainConfig.lr)
+    return usual if lr > 10 * usual else lr / 10
 
 
 @dataclass
@@ -212,8 +222,6 @@ class _Run:
         t0 = time.perf_counter()
         try:
             losses = np.asarray(self.session.train_steps(tokens, lengths, lrs), dtype=np.float32)
-        except (EemicrogptError, KeyboardInterrupt):
-            raise
         except Exception as e:
             if not _is_nonfinite_error(e):
                 raise
@@ -229,16 +237,19 @@ class _Run:
             i = int(np.argmin(np.isfinite(losses)))
             raise self._diverged(f"the loss became {losses[i]} at step {step + 1 + i}")
 
+    def kept(self) -> str:
+        """What is on disk after a failure."""
+        if self.run_dir is None:
+            return "no run directory, nothing saved"
+        if self.saved_step is None:
+            return f"nothing was saved (the first checkpoint comes at step {self.cfg.log_every})"
+        return f"the last good checkpoint (step {self.saved_step}) is kept in {self.run_dir.path}"
+
     def _diverged(self, what: str) -> TrainingDiverged:
         """The one-line error: what happened, what is kept on disk, what to try."""
-        if self.run_dir is None:
-            kept = "no run directory, nothing saved"
-        elif self.saved_step is None:
-            kept = f"nothing was saved (the first checkpoint comes at step {self.cfg.log_every})"
-        else:
-            kept = f"the last good checkpoint (step {self.saved_step}) is kept in {self.run_dir.path}"
         lr = self.cfg.lr
-        return TrainingDiverged(f"training diverged: {what}; {kept}; try a lower --lr (now {lr:g}, e.g. {lr / 10:g})")
+        return TrainingDiverged(f"training diverged: {what}; {self.kept()}; try a lower --lr (now {lr:g}, e.g. "
+                                f"{lower_lr(lr, self.cfg.d_model):g})")
 
     def _locate_divergence(self, chunk_end: int, error: Exception) -> TrainingDiverged:
         """The backend failed somewhere in a chunk without saying where: replay one step at a time from the last
@@ -265,10 +276,17 @@ class _Run:
     def log(self) -> dict[str, Any]:
         """Validation loss and a metrics record; the checkpoint is saved with it."""
         state = self.session.get_state()
-        if not all(np.all(np.isfinite(a)) for a in (state.params, state.adam_m, state.adam_v)):
+        if nonfinite_part(state) is not None:
             raise self._diverged(f"the parameters became non-finite by step {self.step}")
         self.good = _Snapshot(state, self.sampler.get_state())
-        self.val_loss = evaluate(self.session, self.val_batches)
+        try:
+            self.val_loss = evaluate(self.session, self.val_batches)
+        except Exception as e:
+            if not _is_nonfinite_error(e):
+                raise
+            raise self._diverged(f"the validation loss at step {self.step} is not finite ({e})") from None
+        if not np.isfinite(self.val_loss):
+            raise self._diverged(f"the validation loss became {self.val_loss} at step {self.step}")
         done = sum(c.size for c in self.chunks)
         record = {
             "step": self.step,
@@ -292,6 +310,8 @@ class _Run:
         if self.run_dir is None:
             return "no run directory, nothing saved"
         state = state if state is not None else self.session.get_state()
+        if nonfinite_part(state) is not None:
+            raise self._diverged(f"the {nonfinite_part(state)} became non-finite by step {self.step}")
         ckpt = Checkpoint(state, self.total, self.sampler.get_state(), self.cfg, list(self.recent), self.entry.name,
                           self.data_sha256, software_versions(f"{self.entry.distribution} {self.entry.version}"))
         try:
@@ -336,11 +356,15 @@ def train(
     reporter = reporter or NullReporter()
     entry = registry.select(cfg.backend, cfg.shape, cfg.batch, cfg.dtype, cfg.precision)
     data = data or prepare_data(cfg)
-    with open_session(entry, cfg.shape, cfg.batch, cfg.dtype, cfg.threads) as session:
+    with open_session(entry, cfg.shape, cfg.batch, cfg.dtype, cfg.threads) as opened:
+        session = CheckedSession(opened, cfg.shape, cfg.dtype, entry.name)  # every output checked before use
         run = _Run(cfg, entry, session, data, run_dir, resume)
         if run_dir is not None:
-            run_dir.write_config(cfg)
-            run_dir.keep_metrics_until(run.step)
+            try:
+                run_dir.write_config(cfg)
+                run_dir.keep_metrics_until(run.step)
+            except OSError as e:
+                raise StorageError(describe_os_error(e, "cannot write the run directory")) from None
         reporter.start(RunInfo(entry, cfg, run.step, run.total, len(data.train), len(data.val), data.n_truncated,
                                data.n_dropped, run_dir.path if run_dir else None))
         interrupted, in_chunk, signum = False, False, None
@@ -361,6 +385,8 @@ def train(
                 if stop.requested and run.step < run.total:
                     interrupted = True
                     reporter.message(f"stopped at step {run.step}/{run.total}; {run.checkpoint()}")
+        except BackendOutputError as e:
+            raise BackendOutputError(f"{e}; {run.kept()}") from None
         except KeyboardInterrupt:
             interrupted = True
             if in_chunk:
