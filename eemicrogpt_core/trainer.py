@@ -148,8 +148,10 @@ def prepare_data(cfg: TrainConfig) -> PreparedData:
 
 
 def evaluate(session: Any, batches: list[tuple[np.ndarray, np.ndarray]]) -> float:
-    """Mean of the per-batch mean losses over fixed batches; the state is not changed."""
-    return float(np.mean([session.loss_and_grads(t, ln, want_grads=False)[0] for t, ln in batches]))
+    """Mean of the per-batch mean losses over fixed batches; the state is not changed. Overflow is not warned
+    about: the caller checks that the mean is finite."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        return float(np.mean([session.loss_and_grads(t, ln, want_grads=False)[0] for t, ln in batches]))
 
 
 def estimate_steps(session: Any, data: Dataset, cfg: TrainConfig, budget: float) -> int:
