@@ -249,15 +249,16 @@ def _guarded_calls(calls: list[Callable[[], object]], keys: list[str | None], wh
                    notify: Notify) -> list[plugin_guard.Outcome]:
     """call_all, except that calls remembered as hung are not made again, and new hangs are remembered."""
     outcomes: list[plugin_guard.Outcome | None] = []
+    limit = plugin_guard.plugin_timeout()
     for call_key in keys:
-        recalled = probe_memory.recall(call_key)
+        recalled = probe_memory.recall(call_key, limit)
         outcomes.append(plugin_guard.Outcome(error=recalled, timed_out=True) if recalled else None)
     todo = [i for i, o in enumerate(outcomes) if o is None]
     fresh = plugin_guard.call_all([calls[i] for i in todo], on_slow=_slow_notice(notify, [what[i] for i in todo]))
     for i, outcome in zip(todo, fresh, strict=True):
         outcomes[i] = outcome
         if outcome.timed_out and outcome.error:
-            probe_memory.remember(keys[i], outcome.error)
+            probe_memory.remember(keys[i], outcome.error, limit)
     return [o for o in outcomes if o is not None]
 
 

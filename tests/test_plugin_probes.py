@@ -76,7 +76,7 @@ def test_a_slow_probe_is_announced_while_waiting(monkeypatch: pytest.MonkeyPatch
     reg.available()
     assert notes == [f"waiting for the probe of backend stuck: slow (each call is given up after 0.6 s, "
                      f"${TIMEOUT_ENV})"]
-    assert probe_memory.recall(probe_memory.key("(in-process)", "", "x")) is None  # in-process: never remembered
+    assert probe_memory.recall(probe_memory.key("(in-process)", "", "x"), 1.0) is None  # in-process: never
 
 
 def fake_distribution(root: Path, name: str, module: str, body: str) -> None:
@@ -132,11 +132,20 @@ def test_a_hung_probe_is_remembered_and_not_called_again(hanging_distribution: P
     assert hanging_distribution.read_text().count("probed") == 1  # not called a second time
 
 
+def test_a_longer_deadline_tries_a_remembered_probe_again(hanging_distribution: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    assert not load_registry().get("hangs").available
+    monkeypatch.setenv(TIMEOUT_ENV, "0.5")
+    assert load_registry().get("hangs").error.removeprefix("probe ") == "did not return within 0.5 s (hung?)"
+    assert hanging_distribution.read_text().count("probed") == 2
+
+
 def test_the_memory_of_a_hang_expires() -> None:
     key = probe_memory.key("d", "1.0", "probe of x")
-    probe_memory.remember(key, "did not return", now=1000.0)
-    assert probe_memory.recall(key, now=1000.0 + 3600) is not None
-    assert probe_memory.recall(key, now=1000.0 + probe_memory.REMEMBER_SECONDS + 1) is None
+    probe_memory.remember(key, "did not return", 20.0, now=1000.0)
+    assert probe_memory.recall(key, 20.0, now=1000.0 + 3600) is not None
+    assert probe_memory.recall(key, 20.0, now=1000.0 + probe_memory.REMEMBER_SECONDS + 1) is None
+    assert probe_memory.recall(key, 60.0, now=1000.0 + 3600) is None  # given longer now: tried again
 
 
 def test_train_with_a_named_backend_never_probes_a_hung_plugin(hanging_distribution: Path, names_file: Path,
