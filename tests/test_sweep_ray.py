@@ -276,8 +276,9 @@ def test_a_hostile_task_on_a_real_cluster_cannot_write_outside_its_run(tmp_path:
     commands = "\n".join([
         "ip link set lo up",
         "mkdir -p /tmp/ray && mount -t tmpfs tmpfs /tmp/ray",
-        f"{shlex.quote(sys.executable)} {shlex.quote(str(script))} {shlex.quote(str(_write_spec(tmp_path)))} "
-        f"{shlex.quote(str(sweep_dir))}",
+        # HOME of its own: a local ray.init() leaves ~/.ray/auth_token, which later clusters would then require.
+        f"HOME={shlex.quote(str(tmp_path / 'home'))} {shlex.quote(sys.executable)} {shlex.quote(str(script))} "
+        f"{shlex.quote(str(_write_spec(tmp_path)))} {shlex.quote(str(sweep_dir))}",
     ])  # bash is PID 1 of the namespace: every Ray process ends with it
     proc = subprocess.run(["unshare", "-n", "-p", "-f", "--mount-proc", "bash", "-c", commands], capture_output=True,
                           text=True, timeout=300, cwd=tmp_path)
