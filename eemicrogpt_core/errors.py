@@ -29,8 +29,9 @@ class BatchError(EemicrogptError, ValueError):
     """Arrays handed to a backend have the wrong dtype, shape or values."""
 
 
-class NonFiniteError(EemicrogptError):
-    """A backend found a non-finite loss, gradient or parameter (the run diverged)."""
+class NonFiniteError(EemicrogptError, FloatingPointError):
+    """A backend computed a non-finite loss, gradient or parameter (native status EMG_ERR_NONFINITE, or
+    numpy_ref's floating-point check): the trainer treats it as divergence."""
 
 
 class BackendOutputError(EemicrogptError):

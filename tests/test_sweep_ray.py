@@ -219,12 +219,14 @@ def _write_spec(tmp_path: Path) -> Path:
     ({"../../escaped.txt": b"owned"}, "an unexpected file '../../escaped.txt'"),
     ({"/etc/cron.d/x": b"owned"}, "an unexpected file '/etc/cron.d/x'"),
     ({"metrics.jsonl": "text, not bytes"}, "metrics.jsonl as str, not bytes"),
-    ({"checkpoint.npz": b"\0" * (3 * 8 * 4192 + (2 << 20) + 1)}, "checkpoint.npz of 2,197,761 bytes, more than a "
-     "run of this size writes (2,197,760)"),
+    ("oversized", "checkpoint.npz of {limit_plus_one:,} bytes, more than a run of this size writes ({limit:,})"),
     (["config.yaml"], "files of type list"),
 ])
 def test_a_node_returning_unexpected_files_writes_nothing(files, problem: str, tmp_path: Path) -> None:
     task = _task(tmp_path)
+    if files == "oversized":  # one byte more than three float64 copies of the largest model this config makes
+        limit = ray_executor.run_file_limits(task["config"])["checkpoint.npz"]
+        files, problem = {"checkpoint.npz": b"\0" * (limit + 1)}, problem.format(limit=limit, limit_plus_one=limit + 1)
     with pytest.raises(EemicrogptError, match=f"the Ray task returned {re.escape(problem)}.*; nothing of it "
                                               "was written"):
         ray_executor.RayExecutor._store(Path(task["run_dir"]), files, task["config"], {"status": "done"})

@@ -24,6 +24,7 @@ import yaml
 from rich.console import Console
 
 from .. import __version__
+from ..abi import MAX_VOCAB
 from ..atomic import atomic_write_bytes
 from ..config import build_config
 from ..errors import ConfigError, EemicrogptError, StorageError, describe_os_error
@@ -46,7 +47,7 @@ CHECKPOINT_SLACK = 2 << 20  # beyond three float64 arrays of n_params: the metad
 def run_file_limits(config: dict[str, Any]) -> dict[str, int]:
     """The size bound of each file a task may return for a run of this config."""
     try:
-        n_params = build_config([("sweep task", config)]).shape.n_params
+        n_params = build_config([("sweep task", config)]).model_shape(MAX_VOCAB).n_params  # the largest vocabulary
     except ConfigError:
         n_params = 0  # the run could not have trained: no checkpoint is acceptable
     return {CONFIG_NAME: CONFIG_BYTES, METRICS_NAME: METRICS_BYTES,
