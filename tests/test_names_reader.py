@@ -34,15 +34,13 @@ def test_lines_decoded_with_the_sha256_of_the_bytes(tmp_path: Path) -> None:
 
 def test_lines_end_at_newline_only(tmp_path: Path) -> None:
     """U+2028 (and U+0085, form feed...) are no line break: the line numbers in errors are the editor's."""
-    path = write(tmp_path / "n.txt", "anna\nbo\u2028b\nx1\n".encode())
-    assert read_name_lines(path).lines == ["anna", "bo\u2028b", "x1"]
-    with pytest.raises(DataError, match=r"n\.txt:2: character '\\u2028' is outside a-z"):
+    path = write(tmp_path / "n.txt", "anna\nbo\u2028b\nx\x01\n".encode())
+    assert read_name_lines(path).lines == ["anna", "bo\u2028b", "x\x01"]
+    with pytest.raises(DataError, match=r"n\.txt:3: control character"):
         read_names(path)
-    write(path, "anna\nbo\x85b\u2029\nx1\n".encode())
-    with pytest.raises(DataError, match=r"n\.txt:2: character '\\x85'"):
+    write(path, "an\u2029na\nbo\x85b\nx\n".encode())
+    with pytest.raises(DataError, match=r"n\.txt:2: control character"):
         read_names(path)
-    with pytest.raises(DataError, match=r"n\.txt:3: character '1'"):
-        read_names(write(path, b"anna\nbob\nx1\n"))
 
 
 def test_invalid_utf8_names_its_line_before_any_decoding_of_later_lines(tmp_path: Path) -> None:
