@@ -17,6 +17,7 @@ one as `distribution:name` (e.g. `--backend eemicrogpt-backend-x86:avx512`, or i
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import sys
@@ -315,6 +316,11 @@ def _load_entry_points(
         origin[plugin_name] = (dist_name, dist_version)
 
 
+def _listed(hook: Callable[[], Any]) -> list[Any]:
+    """What a plugin's hook yields or returns, as a list (None: nothing); plugin_guard checks the items."""
+    return list(hook() or ())
+
+
 def _collect_specs(
     manager: pluggy.PluginManager, failures: list[PluginFailure], origin: dict[str, tuple[str, str]],
     notify: Notify,
@@ -324,7 +330,7 @@ def _collect_specs(
     impls = manager.hook.eemicrogpt_backends.get_hookimpls()
     keys = [probe_memory.key(*origin.get(impl.plugin_name, (impl.plugin_name, "")),
                              f"{impl.plugin_name}: eemicrogpt_backends()") for impl in impls]
-    outcomes = _guarded_calls([lambda f=impl.function: list(f() or ()) for impl in impls], keys,
+    outcomes = _guarded_calls([functools.partial(_listed, impl.function) for impl in impls], keys,
                               [f"plugin {impl.plugin_name}" for impl in impls], notify)
     entries: list[BackendEntry] = []
     for impl, outcome in zip(impls, outcomes, strict=True):

@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 from ..errors import ConfigError
-from .cpus import THREAD_ENV_VARS, Placement, physical_cores, place_workers
+from ..topology import physical_cores
+from .placement import THREAD_ENV_VARS, Placement, place_workers
 from .runner import FAILED, INTERRUPTED
 
 MAX_RESPAWNS = 3  # new workers per place after deaths; more deaths there mean something kills every worker
