@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import os
+import re
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
+
+_TEMP_MIDDLE = "[a-z0-9_]{8}"  # what tempfile.mkstemp puts between our prefix and suffix
 
 
 def fsync_directory(directory: Path) -> None:
@@ -47,10 +51,34 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+    except OSError as e:
+        Path(tmp).unlink(missing_ok=True)
+        if e.filename is None:  # a failed write() names no file: name the one the user knows
+            raise OSError(e.errno, e.strerror, str(path)) from e
+        raise
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
     fsync_directory(path.parent)
+
+
+def remove_stale_temporaries(directory: Path, names: Iterable[str]) -> list[Path]:
+    """Delete the temporary files that atomic_write_bytes left beside these names when its process was killed
+    mid-write (`.checkpoint.npz.k3j_x9a2.tmp`); nothing else matches. Call it only while holding the
+    directory's lock: a live writer's temporary file is not stale."""
+    pattern = re.compile("|".join(rf"\.{re.escape(name)}\.{_TEMP_MIDDLE}\.tmp" for name in names))
+    removed = []
+    try:
+        candidates = [p for p in Path(directory).iterdir() if pattern.fullmatch(p.name) and p.is_file()]
+    except OSError:
+        return removed
+    for path in candidates:
+        try:
+            path.unlink()
+            removed.append(path)
+        except OSError:
+            pass  # left for the next run: it is in the way of nothing
+    return removed
 
 
 def atomic_write_text(path: Path, text: str) -> None:

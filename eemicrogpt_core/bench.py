@@ -256,6 +256,12 @@ def measure(
     return rows, notes
 
 
+def require_measured(rows: list[BenchRow], notes: list[str]) -> None:
+    """A benchmark that timed no cell (each skipped as unsupported) is an error, not an empty table."""
+    if not rows:
+        raise BackendSelectionError(f"nothing was measured: {'; '.join(notes) or 'no cell to time'}")
+
+
 def speed_cells(
     entries: Iterable[BackendEntry], sizes: Iterable[int], batch: int = 16, threads: Sequence[int | None] = (None,)
 ) -> list[Cell]:

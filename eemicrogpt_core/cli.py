@@ -474,6 +474,7 @@ def bench_cmd(
     timing: dict[str, Any] = {"peaks": peaks, "repeats": repeats, "target_s": seconds}
     rows, notes = bench.measure(bench.speed_cells(entries, sizes, threads=thread_counts), train_set, form=form,
                                 **timing)
+    bench.require_measured(rows, notes)
     scaling: list[bench.BenchRow] = []
     losses: list[bench.LossRow] = []
     best = bench.best_backend(registry, backend, sizes, precision) if (batch_scaling or loss_at) else None

@@ -7,7 +7,6 @@ the vocabulary's symbols (vocab.py). Lines split on "\n" only (a U+2028 inside a
 
 from __future__ import annotations
 
-import hashlib
 import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from .errors import DataError
+from .names_reader import read_name_lines
 from .vocab import Vocabulary, _show
 
 PAD = 0  # value of padding positions; backends never read them, a fixed value keeps inputs identical
@@ -92,21 +92,10 @@ def parse_names(lines: list[str], source: str, *, drop_invalid: bool = False, lo
 
 def read_names(path: str | Path, *, drop_invalid: bool = False, lowercase: bool = False,
                vocab: Vocabulary | None = None) -> NameSet:
-    """Read and clean a UTF-8 names file, one name per line."""
-    path = Path(path)
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise DataError(f"names file not found: {path}") from None
-    except OSError as e:
-        raise DataError(f"cannot read names file {path}: {e.strerror or e}; check the path and permissions") from None
-    try:
-        text = raw.decode("utf-8-sig")  # a leading byte-order mark (Windows editors) is not part of a name
-    except UnicodeDecodeError as e:
-        lineno = raw.count(b"\n", 0, e.start) + 1
-        raise DataError(f"{path}:{lineno}: not valid UTF-8 (byte {raw[e.start]:#04x})") from None
-    names = parse_names(text.split("\n"), str(path), drop_invalid=drop_invalid, lowercase=lowercase, vocab=vocab)
-    names.sha256 = hashlib.sha256(raw).hexdigest()
+    """Read and clean a UTF-8 names file, one name per line (size and line length bounded: names_reader)."""
+    read = read_name_lines(path)
+    names = parse_names(read.lines, str(path), drop_invalid=drop_invalid, lowercase=lowercase, vocab=vocab)
+    names.sha256 = read.sha256
     return names
 
 

@@ -34,6 +34,10 @@ class NonFiniteError(EemicrogptError, FloatingPointError):
     numpy_ref's floating-point check): the trainer treats it as divergence."""
 
 
+class BackendOutputError(EemicrogptError):
+    """A backend session returned something malformed (wrong type, dtype, shape, count or step)."""
+
+
 class StorageError(EemicrogptError):
     """The operating system refused a read or write (permissions, read-only or full disk, a missing folder)."""
 

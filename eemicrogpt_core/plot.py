@@ -73,6 +73,53 @@ def run_label(run: RunDir) -> str:
     return run.path.name
 
 
+CURVE_KEYS = ("step", "train_loss", "val_loss", "elapsed_s")  # what a loss curve reads from each record
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def curve_problem(record: dict[str, Any]) -> str | None:
+    """Why a metrics record cannot be drawn (a key missing or not a number), or None."""
+    for key in CURVE_KEYS:
+        if key not in record:
+            return f"it has no {key}"
+        if not _number(record[key]):
+            return f"{key} is {record[key]!r}, not a number"
+    return None
+
+
+def run_records(path: Path) -> list[dict[str, Any]]:
+    """A run directory's metrics records, checked for plotting. A line that is not JSON is skipped (a save cut
+    short by a full disk leaves one, see RunDir.read_metrics); a record that cannot be drawn is an error naming
+    its line, and a log with lines but no records says it is not one eemicrogpt wrote."""
+    metrics = RunDir(path).metrics_path
+    try:
+        text = metrics.read_bytes().decode("utf-8", "replace")
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: the run has logged no metrics yet") from None
+    records, lines = [], 0
+    for lineno, line in enumerate(text.split("\n"), 1):
+        if not line.strip():
+            continue
+        lines += 1
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(record, dict):
+            continue
+        problem = curve_problem(record)
+        if problem is not None:
+            raise ConfigError(f"{metrics}:{lineno}: a metrics record that cannot be plotted: {problem}")
+        records.append(record)
+    if not records:
+        raise ConfigError(f"{metrics}: none of its {lines} lines is a metrics record; it is not a log that "
+                          "eemicrogpt wrote" if lines else f"{path}: the run has logged no metrics yet")
+    return records
+
+
 def loss_curves(runs: dict[str, list[dict[str, Any]]], title: str = "Loss curves") -> Any:
     """Two panels (vs step, vs wall seconds); per run one colour, train solid and val dashed."""
     fig = _figure(11, 4.5)
@@ -98,7 +145,8 @@ def loss_curves(runs: dict[str, list[dict[str, Any]]], title: str = "Loss curves
 
 
 def _done(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [r for r in rows if r.get("status") == DONE and _finite(r.get("val_loss")) and _finite(r.get("train_s"))]
+    return [r for r in rows if r.get("status") == DONE and _finite(r.get("val_loss")) and _finite(r.get("train_s"))
+            and _finite(r.get("lr")) and isinstance(r.get("d_model"), int)]
 
 
 def _by_size(rows: list[dict[str, Any]]) -> dict[int, list[dict[str, Any]]]:
@@ -204,7 +252,7 @@ def sweep_figures(sweep_dir: Path) -> dict[str, Any]:
         figures[f"{name}_heatmap"] = heatmap(rows, (keys[0], keys[1]), name)
     best = {}
     for r in _done(rows)[:BEST_CURVES]:
-        records = RunDir(sweep_dir / RUNS_DIR / r["run_id"]).read_metrics()
+        records = [m for m in RunDir(sweep_dir / RUNS_DIR / r["run_id"]).read_metrics() if curve_problem(m) is None]
         if records:
             best[r["run_id"]] = records
     if best:
@@ -264,10 +312,7 @@ def build_figures(paths: list[Path]) -> dict[str, Any]:
         if path.is_dir() and (path / JSONL_NAME).is_file():
             figures.update(sweep_figures(path))
         elif path.is_dir() and ((path / METRICS_NAME).is_file() or (path / CONFIG_NAME).is_file()):
-            records = RunDir(path).read_metrics()
-            if not records:
-                raise ConfigError(f"{path}: the run has logged no metrics yet")
-            runs[run_label(RunDir(path))] = records
+            runs[run_label(RunDir(path))] = run_records(path)
         elif path.is_file():
             try:
                 payload = json.loads(path.read_text(encoding="utf-8"))
@@ -275,7 +320,11 @@ def build_figures(paths: list[Path]) -> dict[str, Any]:
                 raise ConfigError(f"{path}: not a `eemicrogpt bench --json` file ({e})") from None
             if not isinstance(payload, dict) or "speed" not in payload:
                 raise ConfigError(f"{path}: not a `eemicrogpt bench --json` file (no 'speed' section)")
-            figures.update(bench_figures(path, payload))
+            try:
+                figures.update(bench_figures(path, payload))
+            except (KeyError, TypeError, ValueError, AttributeError) as e:
+                raise ConfigError(f"{path}: not a `eemicrogpt bench --json` file (a row lacks or mistypes "
+                                  f"{e})") from None
         elif path.exists():
             raise ConfigError(f"{path}: not a run directory, a sweep directory or a bench --json file")
         else:

@@ -20,6 +20,7 @@ from .backend import BackendSpec, ProbeResult
 
 TIMEOUT_ENV = "EEMICROGPT_PLUGIN_TIMEOUT"  # seconds a probe or hook may take (default below)
 DEFAULT_TIMEOUT = 20.0  # generous for emulated (QEMU) or busy machines; a hung plugin costs it once per command
+SLOW_NOTICE = 3.0  # seconds after which the caller hears which calls are still running (a quiet wait looks hung)
 BACKEND_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")  # ':' is reserved for `distribution:name`
 
 
@@ -40,6 +41,7 @@ def plugin_timeout() -> float:
 class Outcome:
     value: Any = None
     error: str | None = None  # the call raised or did not return in time
+    timed_out: bool = False
 
 
 class _Call(threading.Thread):
@@ -55,17 +57,27 @@ class _Call(threading.Thread):
             self.outcome = Outcome(error=f"raised {describe(exc)}")
 
 
-def call_all(fns: Sequence[Callable[[], Any]], timeout: float | None = None) -> list[Outcome]:
-    """Run each call in its own thread, all at once; wait at most `timeout` seconds in total."""
+def call_all(fns: Sequence[Callable[[], Any]], timeout: float | None = None,
+             on_slow: Callable[[list[int], float], None] | None = None) -> list[Outcome]:
+    """Run each call in its own thread, all at once; wait at most `timeout` seconds in total. When calls are
+    still running after SLOW_NOTICE seconds, on_slow(their indices, the limit) is called once."""
     limit = plugin_timeout() if timeout is None else timeout
     calls = [_Call(fn) for fn in fns]
     for call in calls:
         call.start()
-    deadline = time.monotonic() + limit
+    started = time.monotonic()
+    deadline = started + limit
+    notice = started + SLOW_NOTICE if on_slow is not None and limit > SLOW_NOTICE else math.inf
     for call in calls:
-        call.join(max(0.0, deadline - time.monotonic()))
+        while call.is_alive() and time.monotonic() < deadline:
+            call.join(max(0.0, min(deadline, notice) - time.monotonic()))
+            slow = [i for i, c in enumerate(calls) if c.is_alive()]
+            if slow and time.monotonic() >= notice and on_slow is not None:
+                notice = math.inf
+                on_slow(slow, limit)
     return [
-        call.outcome if call.outcome is not None else Outcome(error=f"did not return within {limit:g} s (hung?)")
+        call.outcome if call.outcome is not None
+        else Outcome(error=f"did not return within {limit:g} s (hung?)", timed_out=True)
         for call in calls
     ]
 

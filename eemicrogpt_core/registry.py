@@ -6,6 +6,10 @@ yields garbage (a spec of the wrong types) or whose probe raises or hangs (each 
 plugin_guard) is recorded with its error and never breaks the others or the CLI.
 Selection never falls back silently: an explicit choice that cannot run is an error saying why.
 
+Probes run when first needed, so a command probes only what it uses: a backend chosen by name probes that
+one, `auto` and listings probe all (at once, saying which is slow while waiting). A probe or hook of an
+installed plugin that hung is remembered (probe_memory) and not called again for a day.
+
 Backend names are unique or explicit: when two distributions provide the same name, neither replaces the
 other (whatever the hook order or path order); both are listed, `auto` picks neither, and the user chooses
 one as `distribution:name` (e.g. `--backend eemicrogpt-backend-x86:avx512`, or in $EEMICROGPT_BACKEND).
@@ -16,6 +20,7 @@ from __future__ import annotations
 import functools
 import os
 import re
+import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from importlib import metadata
@@ -23,7 +28,7 @@ from typing import Any
 
 import pluggy
 
-from . import hookspec, plugin_guard
+from . import hookspec, plugin_guard, probe_memory
 from .backend import BackendSpec, ProbeResult
 from .errors import BackendSelectionError
 from .model import ModelShape
@@ -62,6 +67,13 @@ class BackendEntry:
     plugin: str = ""  # the registered plugin that yielded it: entry-point name, or `distribution:entry point`
     also_provided_by: list[str] = field(default_factory=list)  # the other providers of this name
     qualifier: str = ""  # what goes before ':' to pick this one: the distribution, or the plugin if that is shared
+    # Runs the probe on first need (set by load_registry; None once probed, or for an entry built by hand).
+    prober: Callable[[list[BackendEntry]], None] | None = field(default=None, repr=False, compare=False)
+
+    def _probed(self) -> BackendEntry:
+        if self.prober is not None:
+            self.prober([self])
+        return self
 
     @property
     def qualified_name(self) -> str:
@@ -78,6 +90,7 @@ class BackendEntry:
 
     @property
     def available(self) -> bool:
+        self._probed()
         return self.error is None and self.probe is not None and self.probe.available
 
     @property
@@ -86,6 +99,7 @@ class BackendEntry:
 
     @property
     def status_reason(self) -> str:
+        self._probed()
         if self.error is not None:
             return f"broken: {self.error}"
         reason = self.probe.reason if self.probe else ""
@@ -110,9 +124,16 @@ class BackendRegistry:
     failures: list[PluginFailure] = field(default_factory=list)
     plugin_manager: pluggy.PluginManager | None = None
 
+    def probe(self, entries: list[BackendEntry] | None = None) -> None:
+        """Probe these entries (default: all) that are not probed yet, at once."""
+        todo = [e for e in (self.entries if entries is None else entries) if e.prober is not None]
+        if todo:
+            todo[0].prober(todo)  # type: ignore[misc]
+
     def get(self, name: str) -> BackendEntry | None:
-        """The backend called `name` (or `distribution:name`); None if none is. Ambiguous names raise."""
+        """The backend called `name` (or `distribution:name`), probed; None if none is. Ambiguous names raise."""
         found = [e for e in self.entries if e.matches(name)]
+        self.probe(found)
         if len(found) > 1:
             choices = ", ".join(e.qualified_name for e in found)
             raise BackendSelectionError(
@@ -123,6 +144,7 @@ class BackendRegistry:
         return found[0] if found else None
 
     def available(self) -> list[BackendEntry]:
+        self.probe()
         return [e for e in self.entries if e.available]
 
     def _available_names(self, precision: str | None = None) -> str:
@@ -163,6 +185,12 @@ class BackendRegistry:
         entry = self.get(requested)
         if entry is None:
             known = ", ".join(e.name for e in self.entries) or "none installed"
+            failed = "; ".join(f"{f.plugin} ({f.distribution}): {f.error}" for f in self.failures)
+            if failed:  # its provider may be among them: say why they did not load rather than only "unknown"
+                raise BackendSelectionError(
+                    f"backend '{requested}' is not provided by any plugin that loaded (available names: "
+                    f"{known}); plugins that failed to load: {failed}"
+                )
             raise BackendSelectionError(
                 f"unknown backend '{requested}'. Choose one of: auto, {known}"
                 if self.entries else f"unknown backend '{requested}': no backend is installed; {INSTALL_HINT}"
@@ -215,6 +243,36 @@ def _disabled_names() -> set[str]:
 
 
 _describe = plugin_guard.describe
+Notify = Callable[[str], None]
+
+
+def note_on_stderr(text: str) -> None:
+    """Where the registry says a plugin call is slow (the CLI's stdout stays the command's output)."""
+    print(f"eemicrogpt: note: {text}", file=sys.stderr, flush=True)
+
+
+def _slow_notice(notify: Notify, what: list[str]) -> Callable[[list[int], float], None]:
+    def on_slow(indices: list[int], limit: float) -> None:
+        names = ", ".join(what[i] for i in indices)
+        notify(f"waiting for {names}: slow (each call is given up after {limit:g} s, ${plugin_guard.TIMEOUT_ENV})")
+    return on_slow
+
+
+def _guarded_calls(calls: list[Callable[[], object]], keys: list[str | None], what: list[str],
+                   notify: Notify) -> list[plugin_guard.Outcome]:
+    """call_all, except that calls remembered as hung are not made again, and new hangs are remembered."""
+    outcomes: list[plugin_guard.Outcome | None] = []
+    limit = plugin_guard.plugin_timeout()
+    for call_key in keys:
+        recalled = probe_memory.recall(call_key, limit)
+        outcomes.append(plugin_guard.Outcome(error=recalled, timed_out=True) if recalled else None)
+    todo = [i for i, o in enumerate(outcomes) if o is None]
+    fresh = plugin_guard.call_all([calls[i] for i in todo], on_slow=_slow_notice(notify, [what[i] for i in todo]))
+    for i, outcome in zip(todo, fresh, strict=True):
+        outcomes[i] = outcome
+        if outcome.timed_out and outcome.error:
+            probe_memory.remember(keys[i], outcome.error, limit)
+    return [o for o in outcomes if o is not None]
 
 
 def _new_plugin_manager() -> pluggy.PluginManager:
@@ -264,12 +322,16 @@ def _listed(hook: Callable[[], Any]) -> list[Any]:
 
 
 def _collect_specs(
-    manager: pluggy.PluginManager, failures: list[PluginFailure], origin: dict[str, tuple[str, str]]
+    manager: pluggy.PluginManager, failures: list[PluginFailure], origin: dict[str, tuple[str, str]],
+    notify: Notify,
 ) -> list[BackendEntry]:
     """Call each plugin's hook separately (with a deadline) so that one bad plugin cannot hide the others."""
     disabled = _disabled_names()
     impls = manager.hook.eemicrogpt_backends.get_hookimpls()
-    outcomes = plugin_guard.call_all([functools.partial(_listed, impl.function) for impl in impls])
+    keys = [probe_memory.key(*origin.get(impl.plugin_name, (impl.plugin_name, "")),
+                             f"{impl.plugin_name}: eemicrogpt_backends()") for impl in impls]
+    outcomes = _guarded_calls([functools.partial(_listed, impl.function) for impl in impls], keys,
+                              [f"plugin {impl.plugin_name}" for impl in impls], notify)
     entries: list[BackendEntry] = []
     for impl, outcome in zip(impls, outcomes, strict=True):
         dist, version = origin.get(impl.plugin_name, (impl.plugin_name, ""))
@@ -318,10 +380,14 @@ def _mark_duplicates(entries: list[BackendEntry]) -> None:
             ]
 
 
-def _probe_all(entries: list[BackendEntry]) -> None:
-    """Probe every backend at once, each with the plugin deadline: a hung probe is reported, not waited on."""
+def _probe(entries: list[BackendEntry], notify: Notify) -> None:
+    """Probe these backends at once, each with the plugin deadline: a hung probe is reported, not waited on."""
+    for entry in entries:
+        entry.prober = None
     todo = [e for e in entries if e.spec is not None and e.error is None]
-    outcomes = plugin_guard.call_all([e.spec.probe for e in todo if e.spec is not None])
+    keys = [probe_memory.key(e.distribution, e.version, f"{e.plugin}: probe of {e.name}") for e in todo]
+    outcomes = _guarded_calls([e.spec.probe for e in todo if e.spec is not None], keys,
+                              [f"the probe of backend {e.name}" for e in todo], notify)
     for entry, outcome in zip(todo, outcomes, strict=True):
         if outcome.error is not None:
             entry.error = f"probe {outcome.error}"
@@ -331,7 +397,10 @@ def _probe_all(entries: list[BackendEntry]) -> None:
             entry.probe = outcome.value
 
 
-def load_registry(*, entry_points: bool = True, extra_plugins: Iterable[object] = ()) -> BackendRegistry:
+def load_registry(*, entry_points: bool = True, extra_plugins: Iterable[object] = (),
+                  notify: Notify = note_on_stderr) -> BackendRegistry:
+    """Every plugin's backends, each probed when first needed (see the module docstring); notify hears of a
+    plugin call that is slow to return."""
     manager = _new_plugin_manager()
     failures: list[PluginFailure] = []
     origin: dict[str, tuple[str, str]] = {}
@@ -344,8 +413,13 @@ def load_registry(*, entry_points: bool = True, extra_plugins: Iterable[object] 
             failures.append(PluginFailure(name, "(in-process)", error))
         else:
             origin[name] = ("(in-process)", "")
-    entries = _collect_specs(manager, failures, origin)
-    _probe_all(entries)
+    entries = _collect_specs(manager, failures, origin, notify)
+
+    def prober(todo: list[BackendEntry]) -> None:
+        _probe(todo, notify)
+
+    for entry in entries:
+        entry.prober = prober
     return BackendRegistry(entries, failures, manager)
 
 

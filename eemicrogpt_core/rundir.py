@@ -8,9 +8,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .atomic import atomic_write_text
+from .atomic import atomic_write_text, remove_stale_temporaries
 from .config import TrainConfig, dump_yaml
-from .errors import CheckpointError, StorageError, describe_os_error
+from .errors import CheckpointError, EemicrogptError, StorageError, describe_os_error
 from .paths import user_path
 
 try:
@@ -21,7 +21,44 @@ except ImportError:  # Windows: no advisory locks; two runs in one directory are
 CONFIG_NAME = "config.yaml"
 METRICS_NAME = "metrics.jsonl"
 CHECKPOINT_NAME = "checkpoint.npz"
-LOCK_NAME = ".lock"  # held (flock) by the one process training in the directory; released when it exits
+RUN_FILES = (CONFIG_NAME, METRICS_NAME, CHECKPOINT_NAME)
+# Created with the directory, so its presence marks the directory as an eemicrogpt run's (files there are ours
+# to rewrite); held (flock) by the one process training in the directory, released when it exits.
+LOCK_NAME = ".lock"
+SHOWN_ENTRIES = 3  # of a foreign directory's files, named in the refusal
+
+
+def lock_directory(directory: Path, busy: str, error: type[EemicrogptError] = CheckpointError) -> int | None:
+    """flock directory/.lock without waiting; returns the descriptor that holds it (None where there are no
+    advisory locks). Raises error(busy) when another process holds it."""
+    if fcntl is None:
+        return None
+    try:
+        fd = os.open(directory / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as e:
+        raise StorageError(describe_os_error(e, f"cannot write in {directory}")) from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise error(busy) from None
+    return fd
+
+
+def foreign_directory_problem(directory: Path, option: str) -> str | None:
+    """Why eemicrogpt must not write in `directory`: it exists, is not empty and was not made by eemicrogpt
+    (it lacks .lock); None when it is missing, empty or ours."""
+    try:
+        entries = sorted(p.name for p in directory.iterdir())
+    except (FileNotFoundError, NotADirectoryError):
+        return None  # nothing there to overwrite (creating it reports any problem with the path)
+    except OSError as e:
+        return describe_os_error(e, f"cannot list {option}")
+    if not entries or LOCK_NAME in entries:
+        return None
+    shown = ", ".join(entries[:SHOWN_ENTRIES]) + (", ..." if len(entries) > SHOWN_ENTRIES else "")
+    return (f"{option} {directory} is not empty and was not made by eemicrogpt (it holds {shown}); choose a new "
+            "or empty directory (eemicrogpt never writes among files it did not create)")
 
 
 def _mkdir(path: Path, exist_ok: bool) -> None:
@@ -75,24 +112,29 @@ class RunDir:
             raise CheckpointError(f"{path} already holds a run; continue it with --resume {path} or pick another --out")
         if path.exists() and not path.is_dir():
             raise CheckpointError(f"--out {path} exists and is not a directory; choose another --out")
+        problem = foreign_directory_problem(path, "--out")
+        if problem is not None:
+            raise CheckpointError(problem)
         _mkdir(path, exist_ok=True)
+        run.mark()
         return run
 
-    def claim(self) -> None:
-        """Take the directory for this process: a second run (or resume) of it fails until this one exits."""
-        if fcntl is None or self._lock_fd is not None:
-            return
+    def mark(self) -> None:
+        """Mark the directory as an eemicrogpt run's (see LOCK_NAME)."""
         try:
-            fd = os.open(self.path / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+            os.close(os.open(self.path / LOCK_NAME, os.O_WRONLY | os.O_CREAT, 0o644))
         except OSError as e:
             raise StorageError(describe_os_error(e, "cannot write in the run directory")) from None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(fd)
-            raise CheckpointError(f"{self.path} is in use by another eemicrogpt run; wait for it to finish or "
-                                  "choose another --out") from None
-        self._lock_fd = fd
+
+    def claim(self) -> None:
+        """Take the directory for this process: a second run (or resume) of it fails until this one exits.
+        Holding it, remove the temporary files a killed predecessor's atomic writes left behind."""
+        if self._lock_fd is not None:
+            return
+        self._lock_fd = lock_directory(self.path, f"{self.path} is in use by another eemicrogpt run; wait for it "
+                                                  "to finish or choose another --out")
+        if self._lock_fd is not None:
+            remove_stale_temporaries(self.path, RUN_FILES)
 
     def release(self) -> None:
         if self._lock_fd is not None:
@@ -112,8 +154,13 @@ class RunDir:
         atomic_write_text(self.config_path, dump_yaml(cfg))
 
     def append_metric(self, record: dict[str, Any]) -> None:
-        with self.metrics_path.open("a", encoding="utf-8") as f:
-            f.write(json.dumps(record) + "\n")
+        try:
+            with self.metrics_path.open("a", encoding="utf-8") as f:
+                f.write(json.dumps(record) + "\n")
+        except OSError as e:
+            if e.filename is None:  # a failed write() names no file: name the one the user knows
+                raise OSError(e.errno, e.strerror, str(self.metrics_path)) from e
+            raise
 
     def read_metrics(self) -> list[dict[str, Any]]:
         """The records; a damaged line (half-written by a full disk or a power cut) is skipped, not fatal."""

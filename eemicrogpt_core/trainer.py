@@ -19,15 +19,16 @@ import numpy as np
 
 from .backend import BackendSession, TrainState
 from .checkpoint import Checkpoint, save_checkpoint, software_versions
-from .config import MAX_STEPS, TrainConfig
+from .config import MAX_STEPS, PRESETS, TrainConfig
 from .contention import Contention, cpus_available, load_average
 from .data import BatchSampler, Dataset, encode, fixed_batches, read_names, split
-from .errors import ConfigError, EemicrogptError, NonFiniteError, StorageError, describe_os_error
+from .errors import BackendOutputError, ConfigError, EemicrogptError, NonFiniteError, StorageError, describe_os_error
 from .interrupt import deferred_stop, signal_name
 from .model import ModelShape, init_params
 from .optim import lr_schedule
 from .registry import BackendEntry, BackendRegistry, open_session
 from .rundir import RunDir
+from .session_checks import CheckedSession, nonfinite_part
 from .vocab import Vocabulary
 
 ROLLING = 100  # train loss is reported as the mean of the last 100 steps
@@ -43,6 +44,13 @@ def _is_nonfinite_error(e: Exception) -> bool:
     """A backend's way of saying "non-finite": NonFiniteError (native sessions and numpy_ref raise it); a
     third-party Python backend may let numpy's FloatingPointError through."""
     return isinstance(e, (NonFiniteError, FloatingPointError))
+
+
+def lower_lr(lr: float, d_model: int) -> float:
+    """The --lr to suggest after a divergence: a tenth of this one, or the size's usual rate when this one is
+    far above it (a tenth of 1e30 diverges just the same)."""
+    usual = PRESETS.get(d_model, {}).get("lr", TrainConfig.lr)
+    return usual if lr > 10 * usual else lr / 10
 
 
 @dataclass
@@ -151,10 +159,12 @@ def prepare_data(cfg: TrainConfig, vocab: Vocabulary | None = None) -> PreparedD
 
 
 def evaluate(session: BackendSession, batches: list[tuple[np.ndarray, np.ndarray]]) -> float | None:
-    """Mean of the per-batch mean losses over fixed batches (None without any); the state is not changed."""
+    """Mean of the per-batch mean losses over fixed batches (None without any); the state is not changed.
+    Overflow is not warned about: the caller checks that the mean is finite."""
     if not batches:
         return None
-    return float(np.mean([session.loss_and_grads(t, ln, want_grads=False)[0] for t, ln in batches]))
+    with np.errstate(over="ignore", invalid="ignore"):
+        return float(np.mean([session.loss_and_grads(t, ln, want_grads=False)[0] for t, ln in batches]))
 
 
 def estimate_steps(session: BackendSession, data: Dataset, cfg: TrainConfig, budget: float) -> tuple[int, float]:
@@ -257,16 +267,19 @@ class _Run:
             i = int(np.argmin(np.isfinite(losses)))
             raise self._diverged(f"the loss became {losses[i]} at step {step + 1 + i}")
 
+    def kept(self) -> str:
+        """What is on disk after a failure."""
+        if self.run_dir is None:
+            return "no run directory, nothing saved"
+        if self.saved_step is None:
+            return f"nothing was saved (the first checkpoint comes at step {self.cfg.log_every})"
+        return f"the last good checkpoint (step {self.saved_step}) is kept in {self.run_dir.path}"
+
     def _diverged(self, what: str) -> TrainingDiverged:
         """The one-line error: what happened, what is kept on disk, what to try."""
-        if self.run_dir is None:
-            kept = "no run directory, nothing saved"
-        elif self.saved_step is None:
-            kept = f"nothing was saved (the first checkpoint comes at step {self.cfg.log_every})"
-        else:
-            kept = f"the last good checkpoint (step {self.saved_step}) is kept in {self.run_dir.path}"
         lr = self.cfg.lr
-        return TrainingDiverged(f"training diverged: {what}; {kept}; try a lower --lr (now {lr:g}, e.g. {lr / 10:g})")
+        return TrainingDiverged(f"training diverged: {what}; {self.kept()}; try a lower --lr (now {lr:g}, e.g. "
+                                f"{lower_lr(lr, self.cfg.d_model):g})")
 
     def _locate_divergence(self, chunk_end: int, error: Exception) -> TrainingDiverged:
         """The backend failed somewhere in a chunk without saying where: replay one step at a time from the last
@@ -293,13 +306,17 @@ class _Run:
     def log(self) -> dict[str, Any]:
         """Validation loss and a metrics record; the checkpoint is saved with it."""
         state = self.session.get_state()
-        if not all(np.all(np.isfinite(a)) for a in (state.params, state.adam_m, state.adam_v)):
+        if nonfinite_part(state) is not None:
             raise self._diverged(f"the parameters became non-finite by step {self.step}")
         self.good = _Snapshot(state, self.sampler.get_state())
         try:
             self.val_loss = evaluate(self.session, self.val_batches)
-        except NonFiniteError:
-            raise self._diverged(f"the validation loss became non-finite at step {self.step}") from None
+        except Exception as e:
+            if not _is_nonfinite_error(e):
+                raise
+            raise self._diverged(f"the validation loss at step {self.step} is not finite ({e})") from None
+        if self.val_loss is not None and not np.isfinite(self.val_loss):
+            raise self._diverged(f"the validation loss became {self.val_loss} at step {self.step}")
         done = sum(c.size for c in self.chunks)
         record = {
             "step": self.step,
@@ -323,6 +340,8 @@ class _Run:
         if self.run_dir is None:
             return "no run directory, nothing saved"
         state = state if state is not None else self.session.get_state()
+        if nonfinite_part(state) is not None:
+            raise self._diverged(f"the {nonfinite_part(state)} became non-finite by step {self.step}")
         ckpt = Checkpoint(state, self.total, self.sampler.get_state(), self.cfg, self.vocab, list(self.recent),
                           self.entry.name, self.data_sha256,
                           software_versions(f"{self.entry.distribution} {self.entry.version}"))
@@ -393,11 +412,15 @@ def train(
     entry = registry.select(cfg.backend, shape, cfg.batch, cfg.dtype, cfg.precision)
     auto = cfg.backend in ("", "auto")
     backend_note = (registry.fallback_note(entry, shape, cfg.batch, cfg.dtype) if auto else None) or ""
-    with open_session(entry, shape, cfg.batch, cfg.dtype, cfg.threads) as session:
+    with open_session(entry, shape, cfg.batch, cfg.dtype, cfg.threads) as opened:
+        session = CheckedSession(opened, shape, cfg.dtype, entry.name)  # every output checked before use
         run = _Run(cfg, entry, session, data, shape, run_dir, resume, extend_to)
         if run_dir is not None:
-            run_dir.write_config(cfg)
-            run_dir.keep_metrics_until(run.step)
+            try:
+                run_dir.write_config(cfg)
+                run_dir.keep_metrics_until(run.step)
+            except OSError as e:
+                raise StorageError(describe_os_error(e, "cannot write the run directory")) from None
         n_val = 0 if data.val is None else len(data.val)
         reporter.start(RunInfo(entry, cfg, run.step, run.total, len(data.train), n_val, data.n_truncated,
                                data.n_dropped, run_dir.path if run_dir else None, shape, data.vocab, data.note,
@@ -420,6 +443,8 @@ def train(
                 if stop.requested and run.step < run.total:
                     interrupted = True
                     reporter.message(f"stopped at step {run.step}/{run.total}; {run.checkpoint()}")
+        except BackendOutputError as e:
+            raise BackendOutputError(f"{e}; {run.kept()}") from None
         except KeyboardInterrupt:
             interrupted = True
             if in_chunk:

@@ -147,3 +147,22 @@ def test_bench_bad_input(args: list[str], fragment: str, names_file: Path) -> No
     assert result.exit_code == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and fragment in lines[0]
+
+
+def test_bench_that_measures_nothing_fails(names_file: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import types
+
+    from eemicrogpt_backend_numpy.session import NumpySession
+
+    from eemicrogpt_core.backend import BackendSpec, ProbeResult
+    from eemicrogpt_core.hookspec import hookimpl
+
+    plugin = types.ModuleType("only32")
+    plugin.eemicrogpt_backends = hookimpl(lambda: [BackendSpec("only32", "d", lambda: ProbeResult.ok(1), NumpySession,
+                                                               d_models=(32,))])
+    monkeypatch.setattr(cli, "load_registry", lambda: load_registry(extra_plugins=(plugin,)))
+    result = CliRunner().invoke(cli.app, ["bench", "--backend", "only32", "--d-model", "16", "--data",
+                                          str(names_file)])
+    assert result.exit_code == 2, result.output
+    assert result.stderr.strip().splitlines()[-1] == ("eemicrogpt: error: nothing was measured: only32 d16 batch 16: "
+                                                      "skipped (only32 supports d_model 32, not 16)")

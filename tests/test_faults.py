@@ -96,7 +96,7 @@ def test_real_backend_divergence_is_one_line(backend: str, registry: BackendRegi
     out = tmp_path / "run"
     result = run("train", "--backend", backend, "--data", str(names_file), *TINY, "--steps", "300",
                  "--lr", "1e30", "--out", str(out))
-    line = assert_one_line_error(result, "training diverged", "at step 2", "try a lower --lr (now 1e+30, e.g. 1e+29)",
+    line = assert_one_line_error(result, "training diverged", "at step 2", "try a lower --lr (now 1e+30, e.g. 0.01)",
                                  "nothing was saved")
     assert "non-finite" in line
     assert not (out / "checkpoint.npz").exists()

@@ -194,3 +194,42 @@ def test_heatmap_of_a_linked_grid_key_uses_its_first_key(sweep_dir: Path) -> Non
     ax = build_figures([sweep_dir])["demo_heatmap"].axes[0]
     assert (ax.get_xlabel(), ax.get_ylabel()) == ("lr", "d_model")
     assert [t.get_text() for t in ax.get_yticklabels()] == ["16", "32"]
+
+
+@pytest.mark.parametrize(("lines", "message"), [
+    ('{"step": 2}\n', "metrics.jsonl:1: a metrics record that cannot be plotted: it has no train_loss"),
+    ('{"step": 2, "train_loss": "3.2", "val_loss": 3.3, "elapsed_s": 1.0}\n',
+     "metrics.jsonl:1: a metrics record that cannot be plotted: train_loss is '3.2', not a number"),
+    (json.dumps(metrics(1, 0.1)[0]) + "\n" + '{"step": 200, "train_loss": 2.5, "val_loss": null, "elapsed_s": 2}\n',
+     "metrics.jsonl:2: a metrics record that cannot be plotted: val_loss is None, not a number"),
+    ("garbage\n\x00\x01 more garbage\n[1, 2]\n", "metrics.jsonl: none of its 3 lines is a metrics record; it is not a "
+     "log that eemicrogpt wrote"),
+    ("", "the run has logged no metrics yet"),
+])
+def test_unplottable_metrics_are_one_line_errors(lines: str, message: str, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text(lines)
+    result = CliRunner().invoke(app, ["plot", str(run), "--out", str(tmp_path / "plots")])
+    assert result.exit_code == 2, result.output
+    assert len(result.output.strip().splitlines()) == 1 and message in result.output
+    assert not (tmp_path / "plots").exists()
+
+
+def test_a_half_written_last_metrics_line_is_still_skipped(tmp_path: Path) -> None:
+    run = RunDir(tmp_path / "run")
+    run.path.mkdir()
+    for m in metrics(3, 0.1):
+        run.append_metric(m)
+    with run.metrics_path.open("a") as f:
+        f.write('{"step": 400, "train_lo')  # a full disk cut the save short
+    by_step = build_figures([run.path])["loss_curves"].axes[0]
+    assert series(by_step)["run train"][0] == [100, 200, 300]
+
+
+def test_a_malformed_bench_json_is_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "bench.json"
+    path.write_text(json.dumps({"speed": [{"backend": "x"}]}))
+    result = CliRunner().invoke(app, ["plot", str(path), "--out", str(tmp_path / "plots")])
+    assert result.exit_code == 2 and "not a `eemicrogpt bench --json` file" in result.output
+    assert len(result.output.strip().splitlines()) == 1

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -200,3 +201,92 @@ def test_cluster_address_precedence(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert cluster_address(None, {}) == "127.0.0.1:6379"
     assert cluster_address("auto", {"RAY_ADDRESS": "10.1.2.3:6379"}) == "10.1.2.3:6379"
     assert cluster_address("127.0.0.1:7000", {"RAY_ADDRESS": "10.1.2.3:6379"}) == "127.0.0.1:7000"
+
+
+# ---- what a node returns ----------------------------------------------------------------------------------
+def _task(tmp_path: Path) -> dict:
+    spec = load_spec(_write_spec(tmp_path))
+    return make_task(expand(spec)[0], tmp_path / "sw")
+
+
+def _write_spec(tmp_path: Path) -> Path:
+    path = tmp_path / "raytiny.yaml"
+    path.write_text(yaml.safe_dump(SPEC))
+    return path
+
+
+@pytest.mark.parametrize(("files", "problem"), [
+    ({"../../escaped.txt": b"owned"}, "an unexpected file '../../escaped.txt'"),
+    ({"/etc/cron.d/x": b"owned"}, "an unexpected file '/etc/cron.d/x'"),
+    ({"metrics.jsonl": "text, not bytes"}, "metrics.jsonl as str, not bytes"),
+    ("oversized", "checkpoint.npz of {limit_plus_one:,} bytes, more than a run of this size writes ({limit:,})"),
+    (["config.yaml"], "files of type list"),
+])
+def test_a_node_returning_unexpected_files_writes_nothing(files, problem: str, tmp_path: Path) -> None:
+    task = _task(tmp_path)
+    if files == "oversized":  # one byte more than three float64 copies of the largest model this config makes
+        limit = ray_executor.run_file_limits(task["config"])["checkpoint.npz"]
+        files, problem = {"checkpoint.npz": b"\0" * (limit + 1)}, problem.format(limit=limit, limit_plus_one=limit + 1)
+    with pytest.raises(EemicrogptError, match=f"the Ray task returned {re.escape(problem)}.*; nothing of it "
+                                              "was written"):
+        ray_executor.RayExecutor._store(Path(task["run_dir"]), files, task["config"], {"status": "done"})
+    assert not any(tmp_path.rglob("escaped.txt")) and not Path(task["run_dir"]).exists()
+
+
+def test_the_expected_files_are_stored_with_the_drivers_paths(tmp_path: Path) -> None:
+    task = _task(tmp_path)
+    run_dir = Path(task["run_dir"])
+    ray_executor.RayExecutor._store(run_dir, {"config.yaml": b"d_model: 16\ndata: /worker/names.txt\n",
+                                              "metrics.jsonl": b'{"step": 40}\n'}, task["config"], {})
+    assert sorted(p.name for p in run_dir.iterdir()) == [".lock", "config.yaml", "metrics.jsonl"]
+    assert yaml.safe_load((run_dir / "config.yaml").read_text())["data"] == task["config"]["data"]
+
+
+HOSTILE_DRIVER = '''
+import json, sys
+from pathlib import Path
+import ray
+from rich.console import Console
+from eemicrogpt_core.sweep.driver import make_task
+from eemicrogpt_core.sweep.ray_executor import RayExecutor
+from eemicrogpt_core.sweep.spec import expand, load_spec
+
+def hostile(task, names, files):  # what a compromised node could send back
+    return {"run_id": "another-run", "status": "done"}, {"../../escaped.txt": b"owned", "config.yaml": b"x: 1\\n"}
+
+ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False, configure_logging=False)
+executor = RayExecutor(ray, b"anna\\n", Console(stderr=True))
+executor.remote = ray.remote(num_cpus=1, max_retries=0)(hostile)
+task = make_task(expand(load_spec(sys.argv[1]))[0], Path(sys.argv[2]))
+executor.submit(task)
+records = []
+while not records:
+    records = executor.wait(1.0)
+print("RECORD " + json.dumps(records[0]))
+ray.shutdown()
+'''
+
+
+def test_a_hostile_task_on_a_real_cluster_cannot_write_outside_its_run(tmp_path: Path) -> None:
+    pytest.importorskip("ray", reason="Ray not installed: pip install 'eemicrogpt[ray]'")
+    reason = namespaces_unavailable()
+    if reason:
+        pytest.skip(reason)
+    script = tmp_path / "driver.py"
+    script.write_text(HOSTILE_DRIVER)
+    sweep_dir = tmp_path / "sw"
+    commands = "\n".join([
+        "ip link set lo up",
+        "mkdir -p /tmp/ray && mount -t tmpfs tmpfs /tmp/ray",
+        # HOME of its own: a local ray.init() leaves ~/.ray/auth_token, which later clusters would then require.
+        f"HOME={shlex.quote(str(tmp_path / 'home'))} {shlex.quote(sys.executable)} {shlex.quote(str(script))} "
+        f"{shlex.quote(str(_write_spec(tmp_path)))} {shlex.quote(str(sweep_dir))}",
+    ])  # bash is PID 1 of the namespace: every Ray process ends with it
+    proc = subprocess.run(["unshare", "-n", "-p", "-f", "--mount-proc", "bash", "-c", commands], capture_output=True,
+                          text=True, timeout=300, cwd=tmp_path)
+    line = next((x for x in proc.stdout.splitlines() if x.startswith("RECORD ")), None)
+    assert line is not None, proc.stdout + proc.stderr
+    record = json.loads(line[len("RECORD "):])
+    assert record["status"] == "failed" and record["run_id"] == "lr=0.005,seed=1"
+    assert "the Ray task returned an unexpected file '../../escaped.txt'" in record["error"]
+    assert not any(tmp_path.rglob("escaped.txt")) and not (sweep_dir / "runs").exists()

@@ -55,7 +55,7 @@ def sweep_command(spec_path: Path, *, out: Path | None, executor: str, address: 
         from .local import LocalExecutor
 
         check_backends(runs, load_registry())
-        ex = LocalExecutor(workers)
+        ex = LocalExecutor(workers, runs=len(runs))
     outcome = run_sweep(spec, runs, sweep_dir, ex, SweepProgress(console))
     console.print(results_table(outcome, spec.varied_keys))
     console.print(f"results: {sweep_dir / 'results.csv'} and results.jsonl; run directories under "

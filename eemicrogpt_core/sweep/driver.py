@@ -5,12 +5,16 @@ Sweep directory:
     results.jsonl    one record per finished, failed or interrupted run (the last record of a run wins)
     results.csv      the latest record of every run, sorted by val loss
     runs/<run id>/   ordinary run directories (config.yaml, metrics.jsonl, checkpoint.npz)
-Re-running skips finished runs, resumes interrupted ones from their checkpoints and retries failed ones.
+    .lock            held (flock) by the sweep running in the directory: a second one is refused meanwhile
+Re-running skips finished runs, resumes interrupted ones from their checkpoints and retries failed ones; a run
+recorded as finished whose run directory lost its checkpoint runs again (one whose checkpoint is finished is
+only reported, not retrained).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,16 +22,17 @@ from typing import Any, Protocol
 
 import yaml
 
-from ..atomic import atomic_write_text
+from ..atomic import atomic_write_text, remove_stale_temporaries
 from ..config import resolve_backend
 from ..data import read_names
 from ..datafile import resolve_data_path
-from ..errors import ConfigError
+from ..errors import ConfigError, StorageError, describe_os_error
 from ..model import NAMES_VOCAB
 from ..registry import BackendRegistry
+from ..rundir import CHECKPOINT_NAME, LOCK_NAME, lock_directory
 from .progress import SweepProgress
-from .results import ResultStore
-from .runner import FAILED, INTERRUPTED
+from .results import CSV_NAME, ResultStore
+from .runner import DONE, FAILED, INTERRUPTED
 from .spec import Run, SweepSpec, expand
 
 SPEC_NAME = "spec.yaml"
@@ -93,13 +98,56 @@ def open_sweep_dir(sweep_dir: Path, spec: SweepSpec) -> None:
     text = yaml.safe_dump(spec.resolved(), sort_keys=False)
     path = sweep_dir / SPEC_NAME
     if path.is_file():
-        if yaml.safe_load(path.read_text(encoding="utf-8")) != yaml.safe_load(text):
+        try:
+            saved = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+            reason = " ".join(str(e).split())
+            raise ConfigError(f"{path} is damaged ({reason}); restore it, or move that directory away to start the "
+                              "sweep afresh") from None
+        if saved != yaml.safe_load(text):
             raise ConfigError(f"{sweep_dir} holds a sweep made from a different spec ({path}); pick another --out "
                               "or remove that directory")
         return
-    if sweep_dir.exists() and any(sweep_dir.iterdir()):
+    if not_a_sweep_dir(sweep_dir):
         raise ConfigError(f"--out {sweep_dir} exists and is not a sweep directory (no {SPEC_NAME})")
     atomic_write_text(path, text)
+
+
+def not_a_sweep_dir(sweep_dir: Path) -> bool:
+    """It holds files but no spec.yaml (a .lock alone is what a sweep killed before writing its spec leaves)."""
+    if (sweep_dir / SPEC_NAME).is_file() or not sweep_dir.exists():
+        return False
+    return not sweep_dir.is_dir() or any(p.name != LOCK_NAME for p in sweep_dir.iterdir())
+
+
+def claim_sweep_dir(sweep_dir: Path, spec: SweepSpec) -> int | None:
+    """Create or check the sweep directory and hold its lock: a second sweep into it is refused until this one
+    exits (two would each record the other's runs as failed). Returns the descriptor holding the lock."""
+    if not_a_sweep_dir(sweep_dir):
+        raise ConfigError(f"--out {sweep_dir} exists and is not a sweep directory (no {SPEC_NAME})")
+    try:
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise StorageError(describe_os_error(e, "cannot create the sweep directory")) from None
+    fd = lock_directory(sweep_dir, f"{sweep_dir} is in use by another eemicrogpt sweep; wait for it to finish "
+                                   "or choose another --out", ConfigError)
+    try:
+        open_sweep_dir(sweep_dir, spec)
+    except BaseException:
+        if fd is not None:
+            os.close(fd)
+        raise
+    if fd is not None:
+        remove_stale_temporaries(sweep_dir, (SPEC_NAME, CSV_NAME))
+    return fd
+
+
+def recorded_done(store: ResultStore, sweep_dir: Path, run_id: str) -> bool:
+    """results.jsonl says done, with its numbers, and the run's checkpoint is still there. Anything else runs
+    again: the runner reports a finished checkpoint without retraining, and resumes or restarts the rest."""
+    record = store.latest.get(run_id, {})
+    return (record.get("status") == DONE and isinstance(record.get("val_loss"), (int, float))
+            and (sweep_dir / RUNS_DIR / run_id / CHECKPOINT_NAME).is_file())
 
 
 def make_task(run: Run, sweep_dir: Path) -> dict[str, Any]:
@@ -111,13 +159,23 @@ def make_task(run: Run, sweep_dir: Path) -> dict[str, Any]:
 def run_sweep(spec: SweepSpec, runs: list[Run], sweep_dir: Path, executor: Executor,
               progress: SweepProgress) -> SweepOutcome:
     """Run every unfinished run; Ctrl-C stops them at a chunk boundary with a checkpoint each."""
-    open_sweep_dir(sweep_dir, spec)
+    lock = claim_sweep_dir(sweep_dir, spec)
+    try:
+        return _run_claimed(spec, runs, sweep_dir, executor, progress)
+    finally:
+        if lock is not None:
+            os.close(lock)
+
+
+def _run_claimed(spec: SweepSpec, runs: list[Run], sweep_dir: Path, executor: Executor,
+                 progress: SweepProgress) -> SweepOutcome:
     store = ResultStore(sweep_dir, spec.varied_keys)
-    todo = [r for r in runs if not store.finished(r.run_id)]
+    done = {r.run_id for r in runs if recorded_done(store, sweep_dir, r.run_id)}
+    todo = [r for r in runs if r.run_id not in done]
     skipped = len(runs) - len(todo)
     pending = deque(make_task(r, sweep_dir) for r in todo)
     progress.begin(len(runs), skipped, executor.describe(), [store.latest[r.run_id] for r in runs
-                                                             if store.finished(r.run_id)])
+                                                             if r.run_id in done])
     interrupted = False
     executor.start()
     try:

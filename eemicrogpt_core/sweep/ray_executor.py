@@ -6,6 +6,10 @@ needs is named, with what it lacks, before any run starts. Ctrl-C cancels the ru
 KeyboardInterrupt in each, the trainer stops at its next chunk and saves, and the task returns its files as
 usual (checked by hand: the next invocation resumed both runs). A task that dies instead leaves the driver's
 last copy of its run directory, from which the next invocation resumes (or starts afresh if there is none).
+
+What a task returns is trusted no more than a plugin: only the run files the driver expects (by exact name,
+as bytes, each within a size bound) are written, into that run's directory, and the record must be a mapping;
+anything else fails the run with one line and writes nothing.
 """
 
 from __future__ import annotations
@@ -20,12 +24,14 @@ import yaml
 from rich.console import Console
 
 from .. import __version__
+from ..abi import MAX_VOCAB
 from ..atomic import atomic_write_bytes
-from ..errors import EemicrogptError
+from ..config import build_config
+from ..errors import ConfigError, EemicrogptError, StorageError, describe_os_error
 from ..registry import load_registry
-from ..rundir import CHECKPOINT_NAME, CONFIG_NAME
+from ..rundir import CHECKPOINT_NAME, CONFIG_NAME, METRICS_NAME, RunDir
 from .placement import THREAD_ENV_VARS
-from .ray_tasks import node_report, read_run_files, run_task
+from .ray_tasks import RUN_FILES, node_report, read_run_files, run_task
 from .runner import FAILED, INTERRUPTED, one_line
 from .spec import Run
 
@@ -33,6 +39,36 @@ INSTALL_HINT = "--executor ray needs Ray, an optional extra: pip install 'eemicr
 # `ray start --head` records its address here; Ray's address "auto" reads it.
 RAY_CURRENT_CLUSTER = Path(os.environ.get("RAY_TMPDIR", "/tmp")) / "ray" / "ray_current_cluster"
 PROBE_SECONDS = 5.0
+CONFIG_BYTES = 1 << 20  # a dumped config is a few hundred bytes
+METRICS_BYTES = 256 << 20  # a record per log step is ~150 bytes: a million log steps
+CHECKPOINT_SLACK = 2 << 20  # beyond three float64 arrays of n_params: the metadata JSON and the zip's headers
+
+
+def run_file_limits(config: dict[str, Any]) -> dict[str, int]:
+    """The size bound of each file a task may return for a run of this config."""
+    try:
+        n_params = build_config([("sweep task", config)]).model_shape(MAX_VOCAB).n_params  # the largest vocabulary
+    except ConfigError:
+        n_params = 0  # the run could not have trained: no checkpoint is acceptable
+    return {CONFIG_NAME: CONFIG_BYTES, METRICS_NAME: METRICS_BYTES,
+            CHECKPOINT_NAME: 3 * 8 * n_params + CHECKPOINT_SLACK if n_params else 0}
+
+
+def returned_problem(record: object, files: object, config: dict[str, Any]) -> str | None:
+    """What is wrong with a task's (record, files), or None: files must map expected names to bytes in bounds."""
+    if not isinstance(record, dict):
+        return f"a record of type {type(record).__name__}, not a mapping"
+    if not isinstance(files, dict):
+        return f"files of type {type(files).__name__}, not a mapping of names to bytes"
+    limits = run_file_limits(config)
+    for name, data in files.items():
+        if name not in RUN_FILES:
+            return f"an unexpected file {str(name)[:100]!r} (a run returns only {', '.join(RUN_FILES)})"
+        if not isinstance(data, bytes):
+            return f"{name} as {type(data).__name__}, not bytes"
+        if len(data) > limits[name]:
+            return f"{name} of {len(data):,} bytes, more than a run of this size writes ({limits[name]:,})"
+    return None
 
 
 def cluster_address(address: str | None, env: dict[str, str] | None = None) -> str:
@@ -206,18 +242,38 @@ class RayExecutor:
             return {**base, "status": INTERRUPTED}
         except Exception as e:
             return {**base, "status": FAILED, "error": f"Ray task failed: {one_line(e).splitlines()[0][:300]}"}
-        self._store(Path(task["run_dir"]), files, task["config"])
-        return record
+        try:
+            self._store(Path(task["run_dir"]), files, task["config"], record)
+        except EemicrogptError as e:
+            return {**base, "status": FAILED, "error": one_line(e)}
+        return {**record, "run_id": task["run_id"]}  # a task cannot speak for another run
 
     @staticmethod
-    def _store(run_dir: Path, files: dict[str, bytes], config: dict[str, Any]) -> None:
-        """The worker's run directory, with config.yaml naming the driver's paths rather than the worker's."""
-        for name, data in files.items():
-            if name == CONFIG_NAME:
-                saved = yaml.safe_load(data) or {}
-                saved.update(data=config["data"], out=str(run_dir))
-                data = yaml.safe_dump(saved, sort_keys=False).encode()
-            atomic_write_bytes(run_dir / name, data)
+    def _store(run_dir: Path, files: dict[str, bytes], config: dict[str, Any], record: object = None) -> None:
+        """The worker's run directory, with config.yaml naming the driver's paths rather than the worker's;
+        nothing is written unless every file is one the driver expects (returned_problem)."""
+        problem = returned_problem({} if record is None else record, files, config)
+        if problem is not None:
+            raise EemicrogptError(f"the Ray task returned {problem}; nothing of it was written")
+        files = dict(files)
+        if CONFIG_NAME in files:
+            try:
+                saved = yaml.safe_load(files[CONFIG_NAME]) or {}
+            except yaml.YAMLError as e:
+                raise EemicrogptError(f"the Ray task returned an unreadable {CONFIG_NAME} ({one_line(e)[:200]}); "
+                                      "nothing of it was written") from None
+            if not isinstance(saved, dict):
+                raise EemicrogptError(f"the Ray task returned a {CONFIG_NAME} that is not a mapping; nothing of it "
+                                      "was written")
+            saved.update(data=config["data"], out=str(run_dir))
+            files[CONFIG_NAME] = yaml.safe_dump(saved, sort_keys=False).encode()
+        try:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            RunDir(run_dir).mark()
+            for name, data in files.items():
+                atomic_write_bytes(run_dir / name, data)
+        except OSError as e:
+            raise StorageError(describe_os_error(e, "cannot store the run's files")) from None
 
     def interrupt(self) -> None:
         for ref in self.inflight:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ..atomic import atomic_write_text
+from ..errors import StorageError, describe_os_error
 from .runner import DONE
 
 JSONL_NAME = "results.jsonl"
@@ -33,13 +34,14 @@ class ResultStore:
         self.varied_keys = varied_keys
         self.latest: dict[str, dict[str, Any]] = {}
         if self.jsonl_path.is_file():
-            for line in self.jsonl_path.read_text(encoding="utf-8").splitlines():
+            for line in self.jsonl_path.read_text(encoding="utf-8", errors="replace").splitlines():
                 if line.strip():
                     try:
                         record = json.loads(line)
                     except json.JSONDecodeError:  # a line cut short by a crash: that run simply runs again
                         continue
-                    self.latest[record["run_id"]] = record
+                    if isinstance(record, dict) and isinstance(record.get("run_id"), str):
+                        self.latest[record["run_id"]] = record
 
     @property
     def jsonl_path(self) -> Path:
@@ -54,9 +56,14 @@ class ResultStore:
 
     def add(self, record: dict[str, Any]) -> None:
         self.latest[record["run_id"]] = record
-        with self.jsonl_path.open("a", encoding="utf-8") as f:
-            f.write(json.dumps(record) + "\n")
-        self.write_csv()
+        try:
+            with self.jsonl_path.open("a", encoding="utf-8") as f:
+                f.write(json.dumps(record) + "\n")
+            self.write_csv()
+        except OSError as e:
+            if e.filename is None:  # a failed write() names no file
+                e.filename = str(self.jsonl_path)
+            raise StorageError(describe_os_error(e, "cannot record the sweep's results")) from None
 
     def rows(self, run_ids: list[str] | None = None) -> list[dict[str, Any]]:
         records = [self.latest[r] for r in (run_ids or self.latest) if r in self.latest]

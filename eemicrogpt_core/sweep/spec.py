@@ -45,6 +45,9 @@ TRAINING_KEYS = KEYS
 SWEEP_OWNED = ("out",)  # each run's directory is chosen by the sweep
 LOG_UNIFORM = ("log_uniform", "log_uniform_values")  # W&B's name for bounds given as values
 SIGNIFICANT_DIGITS = 4  # random draws are rounded so run names and tables stay readable
+# Runs one spec may expand to, counted before any is built: each is a run directory and a results row, and
+# ten thousand runs of one second each already take hours on a small machine.
+MAX_RUNS = 10_000
 
 
 @dataclass(frozen=True)
@@ -254,7 +257,27 @@ def parse_spec(data: Mapping[str, Any], source: str, default_name: str = "sweep"
             raise _fail(f"{source}: seeds", f"expected distinct integers >= 0, got {seeds}")
     if not grid and not params and seeds is None:
         raise _fail(source, "nothing varies: give a grid, random parameters or seeds")
-    return SweepSpec(name, source, base, grid, count, rseed, params, seeds)
+    spec = SweepSpec(name, source, base, grid, count, rseed, params, seeds)
+    check_run_count(spec)
+    return spec
+
+
+def run_count(spec: SweepSpec) -> int:
+    """How many runs the spec expands to, from the list lengths alone (nothing is built)."""
+    draws = spec.random_count if spec.random_params else 1
+    return math.prod(len(values) for values in spec.grid.values()) * draws * len(spec.seeds or [None])
+
+
+def check_run_count(spec: SweepSpec) -> None:
+    n = run_count(spec)
+    if n > MAX_RUNS:
+        sizes = [f"{key} {len(values)}" for key, values in spec.grid.items()]
+        if spec.random_params:
+            sizes.append(f"random.count {spec.random_count}")
+        if spec.seeds is not None:
+            sizes.append(f"seeds {len(spec.seeds)}")
+        raise _fail(spec.source, f"the spec expands to {n:,} runs ({' x '.join(sizes)}); a sweep may have at most "
+                    f"{MAX_RUNS:,}: split it or vary fewer values")
 
 
 def load_spec(path: str | Path) -> SweepSpec:
@@ -299,6 +322,7 @@ def run_id(varied: Mapping[str, Any]) -> str:
 
 def expand(spec: SweepSpec) -> list[Run]:
     """Every run of the sweep, each config checked with the trainer's rules (a bad one fails up front)."""
+    check_run_count(spec)
     keys = list(spec.grid)
     combos = list(itertools.product(*spec.grid.values()))
     seeds: list[int | None] = list(spec.seeds) if spec.seeds is not None else [None]

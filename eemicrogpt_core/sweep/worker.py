@@ -40,8 +40,17 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _quiet_exit(code: int) -> None:
+    """Exit without flushing the protocol pipe again: the driver that reads it is gone (os._exit skips the
+    flush at interpreter exit that would print a BrokenPipeError for every worker)."""
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
     try:
         sys.exit(main())
     except KeyboardInterrupt:
-        sys.exit(130)
+        _quiet_exit(130)
+    except BrokenPipeError:
+        _quiet_exit(141)  # the shell's status for SIGPIPE
