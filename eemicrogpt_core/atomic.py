@@ -67,7 +67,7 @@ def remove_stale_temporaries(directory: Path, names: Iterable[str]) -> list[Path
     mid-write (`.checkpoint.npz.k3j_x9a2.tmp`); nothing else matches. Call it only while holding the
     directory's lock: a live writer's temporary file is not stale."""
     pattern = re.compile("|".join(rf"\.{re.escape(name)}\.{_TEMP_MIDDLE}\.tmp" for name in names))
-    removed = []
+    removed: list[Path] = []
     try:
         candidates = [p for p in Path(directory).iterdir() if pattern.fullmatch(p.name) and p.is_file()]
     except OSError:
