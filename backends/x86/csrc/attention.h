@@ -131,9 +131,9 @@ AI void accumulate_head(const int HD, const float *w, int ldw, const float *rows
  * phase (scores, exp, normalisation, weighted sum) runs over every head before the next starts: the heads'
  * chains (max over keys -> exp -> sum -> division) are independent, so short sequences keep the vector units
  * busy instead of waiting on one head's latencies (measured at d16: see the README). */
-AI void attention_forward(const int D, const int H, const float *qkv, float *o, float *att, int L,
+AI void attention_forward(const int D, const int H, const float *qkv, float *o, float *att, int L, const int LW,
                           float *restrict scratch) {
-    const int HD = D / H, QS = 3 * D, LW = att_lanes(L);
+    const int HD = D / H, QS = 3 * D;
     const float scale = 1.0f / sqrtf((float)HD);
     float *restrict qt = scratch, *restrict ot = scratch + D * LW; /* q^T, out^T: [feature][t] */
     vf mx[H], sum[H];                                              /* per head, for one query block */
@@ -173,8 +173,8 @@ AI void attention_forward(const int D, const int H, const float *qkv, float *o, 
 /* dqkv (the sequence's L rows, all 3 * D columns) from the attention output gradient dout. As in
  * attention_forward, the softmax backward runs each phase over every head. */
 AI void attention_backward(const int D, const int H, const float *qkv, const float *att, const float *dout,
-                           float *dqkv, int L, float *restrict scratch) {
-    const int HD = D / H, QS = 3 * D, LW = att_lanes(L);
+                           float *dqkv, int L, const int LW, float *restrict scratch) {
+    const int HD = D / H, QS = 3 * D;
     const float scale = 1.0f / sqrtf((float)HD);
     float *restrict dot = scratch;            /* dout^T: [feature][t] */
     float *restrict dqt = dot + D * LW;       /* dq^T:   [feature][t] */
