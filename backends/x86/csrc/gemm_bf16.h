@@ -10,6 +10,9 @@
 #include <stdint.h>
 
 #include "gemm.h"
+#ifdef EMG_BF16_EMULATE
+#include "bf16_emulate.h"
+#endif
 
 #if VW != 16 || !defined(__AVX512BF16__)
 #error "gemm_bf16.h needs AVX-512 with AVX512-BF16 (-mavx512bf16)"
