@@ -7,8 +7,14 @@ wall clock, `--clock wall`, is what `eemicrogpt bench` reports and suits a quiet
 (d_model, batch), each library's median us/step, us/sample and % of an FP32 peak (when given), and the median
 of the per-round ratios against the first library.
 
+A library built for ABI version 1 (one layer, the names' 27 tokens, rows of 16 tokens: at most 15
+predictions) runs too, so a build from before version 2 can be the baseline: with one among the libraries,
+the cells use the shape both versions share (one layer, vocabulary 27, context 16, whose parameter layout is
+version 1's) and every library gets the same batches cut to 16 tokens per row, the same live positions.
+
     python benchmarks/native_ab.py base/_emg_avx512.so new/_emg_avx512.so --sizes 16 64 --batches 16 256
     python benchmarks/native_ab.py new/_emg_avx512.so new/_emg_avx512_bf16.so --sizes 64 128 --peak 116.9
+    python benchmarks/native_ab.py new/_emg_avx512.so --sizes 64 128 --n-layers 2 --context 32
 """
 
 from __future__ import annotations
@@ -18,26 +24,101 @@ import os
 import statistics
 import time
 from pathlib import Path
+from typing import Any
+
+import cffi
+import numpy as np
 
 from eemicrogpt_core.backend import TrainState
-from eemicrogpt_core.bench import BENCH_STREAM, heads_for, step_flops
+from eemicrogpt_core.bench import BENCH_STREAM, Form, step_flops, synthetic_data
 from eemicrogpt_core.data import BatchSampler, Dataset, encode, read_names
-from eemicrogpt_core.model import ModelShape, init_params
+from eemicrogpt_core.model import DEFAULT_CONTEXT, NAMES_VOCAB, ModelShape, init_params
 from eemicrogpt_core.native import NativeSession
 from eemicrogpt_core.optim import lr_schedule
+from eemicrogpt_core.vocab import Vocabulary
+
+V1_SEQ = 16  # tokens per row in ABI version 1
+# ABI version 1's functions as its header declared them (only those this script calls).
+V1_CDEF = """
+typedef struct emg_session emg_session;
+int emg_abi_version(void);
+int emg_create(int d_model, int n_heads, int max_batch, emg_session **out);
+void emg_destroy(emg_session *s);
+int emg_set_state(emg_session *s, const float *params, const float *adam_m, const float *adam_v, int64_t step);
+int emg_train_steps(emg_session *s, int n_steps, int batch, const uint8_t *tokens, const uint8_t *lengths,
+                    const float *lrs, float *losses);
+int emg_set_threads(emg_session *s, int n_threads);
+"""
 
 
-def run_cell(libs: list[str], d: int, batch: int, data: Dataset, rounds: int, target_s: float,
-             threads: int, clock) -> list[tuple[list[float], float]]:
+def abi_version(path: str) -> int:
+    ffi = cffi.FFI()
+    ffi.cdef("int emg_abi_version(void);")
+    return int(ffi.dlopen(path).emg_abi_version())
+
+
+class V1Session:
+    """A session of an ABI version 1 library: one layer, vocabulary 27, rows of 16 tokens."""
+
+    _ffi: Any = None
+
+    def __init__(self, path: str, shape: ModelShape, max_batch: int) -> None:
+        if V1Session._ffi is None:
+            V1Session._ffi = cffi.FFI()
+            V1Session._ffi.cdef(V1_CDEF)
+        self.ffi = V1Session._ffi
+        self.lib = self.ffi.dlopen(path)
+        out = self.ffi.new("emg_session **")
+        status = self.lib.emg_create(shape.d_model, shape.n_heads, max_batch, out)
+        if status != 0:
+            raise RuntimeError(f"{path}: emg_create failed with status {status}")
+        self.s = out[0]
+
+    def _p(self, ctype: str, a: np.ndarray) -> Any:
+        return self.ffi.cast(ctype, self.ffi.from_buffer(a))
+
+    def set_state(self, state: TrainState) -> None:
+        assert self.lib.emg_set_state(self.s, self._p("float *", state.params), self._p("float *", state.adam_m),
+                                      self._p("float *", state.adam_v), state.step) == 0
+
+    def set_threads(self, n: int) -> None:
+        assert self.lib.emg_set_threads(self.s, n) == 0
+
+    def train_steps(self, tokens: np.ndarray, lengths: np.ndarray, lrs: np.ndarray) -> np.ndarray:
+        tokens = np.ascontiguousarray(tokens[..., :V1_SEQ])
+        losses = np.empty(len(lrs), np.float32)
+        status = self.lib.emg_train_steps(self.s, len(lrs), tokens.shape[1], self._p("uint8_t *", tokens),
+                                          self._p("uint8_t *", lengths), self._p("float *", lrs),
+                                          self._p("float *", losses))
+        if status != 0:
+            raise RuntimeError(f"emg_train_steps failed with status {status}")
+        return losses
+
+    def close(self) -> None:
+        self.lib.emg_destroy(self.s)
+
+
+def open_library(path: str, shape: ModelShape, batch: int) -> Any:
+    return V1Session(path, shape, batch) if abi_version(path) == 1 else NativeSession(path, shape, batch)
+
+
+def run_cell(libs: list[str], shape: ModelShape, batch: int, data: Dataset, rounds: int, target_s: float,
+             threads: int, clock, v1_rows: bool) -> list[tuple[list[float], float]]:
     """Per library: its us/step per round, and the mean analytic FLOPs per step."""
-    shape = ModelShape(d, heads_for(d))
-    sessions = [NativeSession(lib, shape, batch) for lib in libs]
+    sessions = [open_library(lib, shape, batch) for lib in libs]
     for s in sessions:
         s.set_state(TrainState.fresh(init_params(shape, 0)))
         if threads > 1:
             s.set_threads(threads)
     sampler = BatchSampler(data, batch, 0, stream=BENCH_STREAM)
-    warm_tokens, warm_lengths = sampler.sample(4)
+
+    def sample(k: int) -> tuple[np.ndarray, np.ndarray]:
+        tokens, lengths = sampler.sample(k)
+        if v1_rows:  # the rows version 1 takes: at most 16 tokens, the same live positions for every library
+            lengths = np.minimum(lengths, V1_SEQ).astype(np.uint8)
+        return tokens, lengths
+
+    warm_tokens, warm_lengths = sample(4)
     lrs = lr_schedule(1, 4, 10**6, 1e-3)
     t0 = time.perf_counter()
     for s in sessions:
@@ -47,7 +128,7 @@ def run_cell(libs: list[str], d: int, batch: int, data: Dataset, rounds: int, ta
     times: list[list[float]] = [[] for _ in libs]
     flops = []
     for r in range(rounds):
-        tokens, lengths = sampler.sample(k)
+        tokens, lengths = sample(k)
         lrs = lr_schedule(5 + r * k, k, 10**6, 1e-3)
         flops.append(float(step_flops(shape, lengths).mean()))
         order = range(len(libs)) if r % 2 == 0 else reversed(range(len(libs)))
@@ -65,6 +146,9 @@ def main() -> None:
     parser.add_argument("libs", nargs="+", help="shared libraries; ratios are against the first")
     parser.add_argument("--sizes", type=int, nargs="+", default=[16, 32, 64, 128])
     parser.add_argument("--batches", type=int, nargs="+", default=[16])
+    parser.add_argument("--n-layers", type=int, default=1)
+    parser.add_argument("--vocab", type=int, default=NAMES_VOCAB, help="other than 27: synthetic names")
+    parser.add_argument("--context", type=int, default=DEFAULT_CONTEXT)
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--target-s", type=float, default=0.05, help="seconds per library per round")
     parser.add_argument("--threads", type=int, default=1)
@@ -72,13 +156,23 @@ def main() -> None:
     parser.add_argument("--peak", type=float, default=None, help="FP32 GFLOP/s for the %% of peak column")
     parser.add_argument("--names", default=os.environ.get("EEMICROGPT_DATA", "../shared/data/names.txt"))
     args = parser.parse_args()
-    data = encode(read_names(args.names).names)[0]
+    v1_rows = any(abi_version(lib) == 1 for lib in args.libs)
+    if v1_rows and (args.n_layers, args.vocab, args.context) != (1, NAMES_VOCAB, DEFAULT_CONTEXT):
+        parser.error("an ABI version 1 library runs one layer, vocabulary 27 and context 16 only")
+    form = Form(args.n_layers, args.vocab, args.context)
+    if form.uses_names:
+        data = encode(read_names(args.names).names, Vocabulary.names(), args.context)[0]
+    else:
+        data = synthetic_data(form)
     print(f"clock: {args.clock}; load average before: {os.getloadavg()[0]:.2f}")
+    print(f"shape: {form.shape(args.sizes[0]).describe()}" + (" (rows cut to 16 tokens: an ABI 1 library)"
+                                                               if v1_rows else ""))
     print("d_model batch | " + " | ".join(f"{Path(lib).parent.name}/{Path(lib).stem}" for lib in args.libs))
+    clock = time.process_time if args.clock == "cpu" else time.perf_counter
     for d in args.sizes:
         for batch in args.batches:
-            clock = time.process_time if args.clock == "cpu" else time.perf_counter
-            results = run_cell(args.libs, d, batch, data, args.rounds, args.target_s, args.threads, clock)
+            results = run_cell(args.libs, form.shape(d), batch, data, args.rounds, args.target_s, args.threads,
+                               clock, v1_rows)
             base = results[0][0]
             cells = []
             for times, flops in results:

@@ -1,10 +1,16 @@
-/* Causal multi-head attention over one packed sequence (L live rows, L <= 15), vectorised along the
- * query position t: a sequence fits one 16-lane row (MAX_SEQ = 16), so for each head the scores are
- * L rows S^T[u][t] (key u, lanes t) and the softmax over u is element-wise across rows (max, exp, sum):
- * no horizontal reductions. Row-major q/k/v/out rows are transposed into [feature][16] tiles per sequence.
+/* Causal multi-head attention over one packed sequence of L live rows (L <= EMG_MAX_CONTEXT), vectorised
+ * along the query position t. The sequence's rows are laid out as lane rows of LW = att_lanes(L) lanes
+ * (t = 0..LW-1; lanes t >= L are padding), and the queries are taken VW lanes at a time: for the query block
+ * starting at lane c, each head's scores are the rows S^T[u][c..c+VW) (key u, lanes t) for the keys
+ * u < min(L, c + VW) that block can see (causality: a long sequence costs about half its square), and the
+ * softmax over u is element-wise across rows (max, exp, sum): no horizontal reductions. Row-major q/k/v/out
+ * rows are transposed into [feature][LW] lane rows in registers. With VW = 16 every sequence of at most 16
+ * rows (the default context) is one query block.
  *
- * att keeps P^T per (head, key row): att[(h * L + u) * 16 + t], zero where t < u, for the backward pass.
- * HD = D / H is a compile-time constant at every call site. */
+ * att keeps P^T per (head, key row) for the backward pass: att[(h * L + u) * LW + t], written for the query
+ * blocks key u reaches (t >= u - u % VW), zero where t < u. The scratch (attention_scratch floats) holds the
+ * lane rows of one sequence. D (and, on the fast paths, H) are compile-time constants at every call site;
+ * head_dim = D / H need not be a multiple of 4. */
 #ifndef EMG_X86_ATTENTION_H
 #define EMG_X86_ATTENTION_H
 
@@ -12,49 +18,47 @@
 
 #include "expf.h"
 
-#define ATT_ROW 16 /* lanes of one attention row: MAX_SEQ */
-#define ATT_ALIGN __attribute__((aligned(64)))
-
-/* Sequences of at most SHORT_SEQ live rows (most names) only need the 8 x 8 corner of each 16 x 16 block:
+/* Sequences of at most SHORT_SEQ live rows (most names) only need the 8 x 8 corner of each VW x VW block:
  * their transposes go through v_transpose_lo8. */
 #define SHORT_SEQ 8
 
-/* Zero lanes VW..ATT_ROW-1 of a lane row whose first VW lanes were stored from v_transpose_lo8 (nothing to
- * do when VW = 16: its lanes 8-15 are zero already). */
-AI void zero_upper_lanes(float *row) {
-    for (int c = VW; c < ATT_ROW; c += VW) v_store(row + c, v_zero());
-}
+/* The lane transposes are called, not inlined: each is a few dozen shuffles per block, against a call's few
+ * cycles, and one copy each keeps the per-width step compiles small. */
+#define LANES_FN static __attribute__((noinline, unused))
 
-/* dst[j][t] = src[t * ld + j] for t < L (lanes t >= L zero), j < n (a multiple of VW): VW x VW blocks
- * transposed in registers (measured ~5% of the whole step faster than a scalar loop at d16-d64). */
-AI void to_lanes(const int n, const float *src, int ld, int L, float *dst) {
-    if (L <= SHORT_SEQ) {
+/* Lanes of a sequence's lane rows: L rounded up to whole vectors. */
+AI int att_lanes(int L) { return (L + VW - 1) / VW * VW; }
+
+/* Floats of scratch attention_forward and attention_backward need for sequences of up to LW lanes. */
+AI long attention_scratch(int D, int H, int LW) { return 4L * D * LW + (long)(H + 2) * LW * LW; }
+
+/* dst[j][t] = src[t * ld + j] for t < L (lanes t >= L zero), j < n (a multiple of 8): blocks transposed in
+ * registers (measured ~5% of the whole step faster than a scalar loop at d16-d64). */
+LANES_FN void to_lanes(const int n, const float *src, int ld, int L, int LW, float *restrict dst) {
+    if (L <= SHORT_SEQ) { /* one block of lanes; with VW = 16 its lanes 8-15 come out zero */
         for (int j0 = 0; j0 < n; j0 += 8) {
             vf r[8];
             for (int i = 0; i < 8; i++) r[i] = i < L ? v_load_lo8(src + i * ld + j0) : v_zero();
             v_transpose_lo8(r);
-            for (int i = 0; i < 8; i++) {
-                v_store(dst + (j0 + i) * ATT_ROW, r[i]);
-                zero_upper_lanes(dst + (j0 + i) * ATT_ROW);
-            }
+            for (int i = 0; i < 8; i++) v_store(dst + (j0 + i) * LW, r[i]);
         }
         return;
     }
     for (int j0 = 0; j0 < n; j0 += VW)
-        for (int t0 = 0; t0 < ATT_ROW; t0 += VW) {
+        for (int t0 = 0; t0 < LW; t0 += VW) {
             vf r[VW];
             for (int i = 0; i < VW; i++) r[i] = t0 + i < L ? v_load(src + (t0 + i) * ld + j0) : v_zero();
             v_transpose(r);
-            for (int i = 0; i < VW; i++) v_store(dst + (j0 + i) * ATT_ROW + t0, r[i]);
+            for (int i = 0; i < VW; i++) v_store(dst + (j0 + i) * LW + t0, r[i]);
         }
 }
 
-/* dst[t * ld + j] = src[j][t] for t < L, j < n (a multiple of VW). */
-AI void from_lanes(const int n, const float *src, int L, float *dst, int ld) {
+/* dst[t * ld + j] = src[j][t] for t < L, j < n (a multiple of 8). */
+LANES_FN void from_lanes(const int n, const float *src, int L, int LW, float *dst, int ld) {
     if (L <= SHORT_SEQ) {
         for (int j0 = 0; j0 < n; j0 += 8) {
             vf r[8];
-            for (int i = 0; i < 8; i++) r[i] = v_load(src + (j0 + i) * ATT_ROW);
+            for (int i = 0; i < 8; i++) r[i] = v_load(src + (j0 + i) * LW);
             v_transpose_lo8(r);
             for (int i = 0; i < L; i++) v_store_lo8(dst + i * ld + j0, r[i]);
         }
@@ -63,148 +67,166 @@ AI void from_lanes(const int n, const float *src, int L, float *dst, int ld) {
     for (int j0 = 0; j0 < n; j0 += VW)
         for (int t0 = 0; t0 < L; t0 += VW) {
             vf r[VW];
-            for (int i = 0; i < VW; i++) r[i] = v_load(src + (j0 + i) * ATT_ROW + t0);
+            for (int i = 0; i < VW; i++) r[i] = v_load(src + (j0 + i) * LW + t0);
             v_transpose(r);
             for (int i = 0; i < VW && t0 + i < L; i++) v_store(dst + (t0 + i) * ld + j0, r[i]);
         }
 }
 
-/* dst[b][a] = src[a][b] for a 16 x 16 tile whose rows a >= L read as zero (all 16 dst rows written, or
- * for L <= SHORT_SEQ the first 8). */
-AI void transpose_tile(const float *src, int L, float *dst) {
+/* dst[b * LW + a] = src[a * LW + b] for the blocks of an L x LW lane matrix that causal attention uses (lane
+ * block of b >= lane block of a); rows a >= L read as zero. For L <= SHORT_SEQ only the first 8 dst rows. */
+LANES_FN void transpose_causal(const float *src, int L, int LW, float *restrict dst) {
     if (L <= SHORT_SEQ) {
         vf r[8];
-        for (int i = 0; i < 8; i++) r[i] = i < L ? v_load(src + i * ATT_ROW) : v_zero();
+        for (int i = 0; i < 8; i++) r[i] = i < L ? v_load(src + i * LW) : v_zero();
         v_transpose_lo8(r);
-        for (int i = 0; i < 8; i++) {
-            v_store(dst + i * ATT_ROW, r[i]);
-            zero_upper_lanes(dst + i * ATT_ROW);
-        }
+        for (int i = 0; i < 8; i++) v_store(dst + i * LW, r[i]);
         return;
     }
-    for (int a0 = 0; a0 < ATT_ROW; a0 += VW)
-        for (int b0 = 0; b0 < ATT_ROW; b0 += VW) {
+    for (int a0 = 0; a0 < LW; a0 += VW)
+        for (int b0 = a0; b0 < LW; b0 += VW) {
             vf r[VW];
-            for (int i = 0; i < VW; i++) r[i] = a0 + i < L ? v_load(src + (a0 + i) * ATT_ROW + b0) : v_zero();
+            for (int i = 0; i < VW; i++) r[i] = a0 + i < L ? v_load(src + (a0 + i) * LW + b0) : v_zero();
             v_transpose(r);
-            for (int i = 0; i < VW; i++) v_store(dst + (b0 + i) * ATT_ROW + a0, r[i]);
+            for (int i = 0; i < VW; i++) v_store(dst + (b0 + i) * LW + a0, r[i]);
         }
 }
 
-/* out[(j0 + i) * 16 + c ...] (for i < 4, the 16 lanes) = sum over r < L of w[r * ldw + j0 + i] * rows[r][lanes]:
- * four independent register accumulators per lane chunk, so no load-add-store chain through memory. */
-AI void accumulate4(const float *w, int ldw, const float *rows, int L, float *out) {
-    for (int c = 0; c < ATT_ROW; c += VW) {
-        vf a0 = v_zero(), a1 = v_zero(), a2 = v_zero(), a3 = v_zero();
-        for (int r = 0; r < L; r++) {
-            const vf x = v_load(rows + r * ATT_ROW + c);
-            const float *wr = w + r * ldw;
-            a0 = v_fma(v_set1(wr[0]), x, a0);
-            a1 = v_fma(v_set1(wr[1]), x, a1);
-            a2 = v_fma(v_set1(wr[2]), x, a2);
-            a3 = v_fma(v_set1(wr[3]), x, a3);
-        }
-        v_store(out + 0 * ATT_ROW + c, a0);
-        v_store(out + 1 * ATT_ROW + c, a1);
-        v_store(out + 2 * ATT_ROW + c, a2);
-        v_store(out + 3 * ATT_ROW + c, a3);
+/* out[i * LW] (VW lanes, i < n <= 4) = sum over rows r0 <= r < r1 of w[r * ldw + i] * rows[r * LW]: n
+ * independent register accumulators, so no load-add-store chain through memory. */
+AI void accumulate_lanes(const int n, const float *w, int ldw, const float *rows, int LW, int r0, int r1, float *out) {
+    vf a0 = v_zero(), a1 = v_zero(), a2 = v_zero(), a3 = v_zero();
+    for (int r = r0; r < r1; r++) {
+        const vf x = v_load(rows + r * LW);
+        const float *wr = w + r * ldw;
+        a0 = v_fma(v_set1(wr[0]), x, a0);
+        if (n > 1) a1 = v_fma(v_set1(wr[1]), x, a1);
+        if (n > 2) a2 = v_fma(v_set1(wr[2]), x, a2);
+        if (n > 3) a3 = v_fma(v_set1(wr[3]), x, a3);
+    }
+    v_store(out, a0);
+    if (n > 1) v_store(out + LW, a1);
+    if (n > 2) v_store(out + 2 * LW, a2);
+    if (n > 3) v_store(out + 3 * LW, a3);
+}
+
+/* accumulate_lanes for features j0..j0+n of a head, n = 1..3: the part of a head_dim that is not a multiple of
+ * 4 (n may be a run-time count). */
+AI void accumulate_rest(const int n, const float *w, int ldw, const float *rows, int LW, int r0, int r1, float *out) {
+    switch (n) {
+    case 1: accumulate_lanes(1, w, ldw, rows, LW, r0, r1, out); break;
+    case 2: accumulate_lanes(2, w, ldw, rows, LW, r0, r1, out); break;
+    case 3: accumulate_lanes(3, w, ldw, rows, LW, r0, r1, out); break;
     }
 }
 
-/* Each phase (scores, exp, normalisation, weighted sum) runs over every head before the next starts: the
- * heads' chains (max over keys -> exp -> sum -> division) are independent, so short sequences keep the
- * vector units busy instead of waiting on one head's latencies (measured at d16: see the README). */
-AI void attn_fwd(const int D, const int H, const float *qkv, float *o, float *att, int L) {
-    const int HD = D / H, QS = 3 * D, NCH = ATT_ROW / VW;
+/* out^T[j][lanes] = sum_r w[r][j] rows[r][lanes] for the HD features j of one head, four at a time. */
+AI void accumulate_head(const int HD, const float *w, int ldw, const float *rows, int LW, int r0, int r1, float *out) {
+    int j = 0;
+    for (; j + 4 <= HD; j += 4) accumulate_lanes(4, w + j, ldw, rows, LW, r0, r1, out + j * LW);
+    if (j < HD) accumulate_rest(HD - j, w + j, ldw, rows, LW, r0, r1, out + j * LW);
+}
+
+/* o (the sequence's L rows, D columns) from qkv (L rows of q, k, v; 3 * D columns). Within a query block each
+ * phase (scores, exp, normalisation, weighted sum) runs over every head before the next starts: the heads'
+ * chains (max over keys -> exp -> sum -> division) are independent, so short sequences keep the vector units
+ * busy instead of waiting on one head's latencies (measured at d16: see the README). */
+AI void attention_forward(const int D, const int H, const float *qkv, float *o, float *att, int L, const int LW,
+                          float *restrict scratch) {
+    const int HD = D / H, QS = 3 * D;
     const float scale = 1.0f / sqrtf((float)HD);
-    float qt[D * ATT_ROW] ATT_ALIGN, ot[D * ATT_ROW] ATT_ALIGN;
-    vf mx[H * NCH], sum[H * NCH]; /* per head and lane chunk */
-    to_lanes(D, qkv, QS, L, qt);
-    for (int i = 0; i < H * NCH; i++) mx[i] = v_set1(-INFINITY), sum[i] = v_zero();
-    for (int u = 0; u < L; u++) /* scores of key u against every query t (valid for t >= u) */
-        for (int h = 0; h < H; h++) {
-            const float *k = qkv + u * QS + D + h * HD;
-            float *pt = att + h * L * ATT_ROW;
-            for (int c = 0; c < ATT_ROW; c += VW) {
+    float *restrict qt = scratch, *restrict ot = scratch + D * LW; /* q^T, out^T: [feature][t] */
+    vf mx[H], sum[H];                                              /* per head, for one query block */
+    to_lanes(D, qkv, QS, L, LW, qt);
+    for (int c = 0; c < LW; c += VW) {
+        const int keys = L < c + VW ? L : c + VW;
+        for (int h = 0; h < H; h++) mx[h] = v_set1(-INFINITY), sum[h] = v_zero();
+        for (int u = 0; u < keys; u++) /* scores of key u against the block's queries t (valid for t >= u) */
+            for (int h = 0; h < H; h++) {
+                const float *k = qkv + u * QS + D + h * HD;
                 vf s = v_zero();
-                for (int j = 0; j < HD; j++) s = v_fma(v_set1(k[j]), v_load(qt + (h * HD + j) * ATT_ROW + c), s);
+                for (int j = 0; j < HD; j++) s = v_fma(v_set1(k[j]), v_load(qt + (h * HD + j) * LW + c), s);
                 s = v_from_n_or(v_mul(s, v_set1(scale)), u - c, -INFINITY);
-                mx[h * NCH + c / VW] = v_max(mx[h * NCH + c / VW], s);
-                v_store(pt + u * ATT_ROW + c, s);
+                mx[h] = v_max(mx[h], s);
+                v_store(att + (h * L + u) * LW + c, s);
             }
-        }
-    for (int u = 0; u < L; u++)
-        for (int h = 0; h < H; h++) {
-            float *pt = att + h * L * ATT_ROW;
-            for (int c = 0; c < ATT_ROW; c += VW) {
-                vf e = v_exp(v_sub(v_load(pt + u * ATT_ROW + c), mx[h * NCH + c / VW]));
-                sum[h * NCH + c / VW] = v_add(sum[h * NCH + c / VW], e);
-                v_store(pt + u * ATT_ROW + c, e);
+        for (int u = 0; u < keys; u++)
+            for (int h = 0; h < H; h++) {
+                float *pt = att + (h * L + u) * LW + c;
+                const vf e = v_exp(v_sub(v_load(pt), mx[h]));
+                sum[h] = v_add(sum[h], e);
+                v_store(pt, e);
             }
-        }
-    for (int i = 0; i < H * NCH; i++) sum[i] = v_div(v_set1(1.0f), sum[i]);
-    for (int u = 0; u < L; u++)
-        for (int h = 0; h < H; h++) {
-            float *pt = att + h * L * ATT_ROW;
-            for (int c = 0; c < ATT_ROW; c += VW)
-                v_store(pt + u * ATT_ROW + c, v_mul(v_load(pt + u * ATT_ROW + c), sum[h * NCH + c / VW]));
-        }
-    for (int h = 0; h < H; h++)
-        for (int j = 0; j < HD; j += 4) /* out^T[j][t] = sum_u v[u][j] P^T[u][t] */
-            accumulate4(qkv + 2 * D + h * HD + j, QS, att + h * L * ATT_ROW, L, ot + (h * HD + j) * ATT_ROW);
-    from_lanes(D, ot, L, o, D);
+        for (int h = 0; h < H; h++) sum[h] = v_div(v_set1(1.0f), sum[h]);
+        for (int u = 0; u < keys; u++)
+            for (int h = 0; h < H; h++) {
+                float *pt = att + (h * L + u) * LW + c;
+                v_store(pt, v_mul(v_load(pt), sum[h]));
+            }
+        for (int h = 0; h < H; h++) /* out^T[j][t] = sum_u v[u][j] P^T[u][t] */
+            accumulate_head(HD, qkv + 2 * D + h * HD, QS, att + h * L * LW + c, LW, 0, keys,
+                            ot + h * HD * LW + c);
+    }
+    from_lanes(D, ot, L, LW, o, D);
 }
 
-/* dqkv (the sequence's L rows, all 3*D columns) from the attention output gradient dout. As in attn_fwd,
- * the softmax backward runs each phase over every head. */
-AI void attn_bwd(const int D, const int H, const float *qkv, const float *att, const float *dout, float *dqkv,
-                 int L) {
-    const int HD = D / H, QS = 3 * D, NCH = ATT_ROW / VW, TILE_F = ATT_ROW * ATT_ROW;
+/* dqkv (the sequence's L rows, all 3 * D columns) from the attention output gradient dout. As in
+ * attention_forward, the softmax backward runs each phase over every head. */
+AI void attention_backward(const int D, const int H, const float *qkv, const float *att, const float *dout,
+                           float *dqkv, int L, const int LW, float *restrict scratch) {
+    const int HD = D / H, QS = 3 * D;
     const float scale = 1.0f / sqrtf((float)HD);
-    float dot[D * ATT_ROW] ATT_ALIGN;                     /* dout^T: [feature][t] */
-    float dqt[D * ATT_ROW] ATT_ALIGN;                     /* dq^T:   [feature][t] */
-    float dkt[D * ATT_ROW] ATT_ALIGN, dvt[D * ATT_ROW] ATT_ALIGN; /* [feature][u] */
-    float ds_t[H * TILE_F] ATT_ALIGN;                     /* per head: dS^T[u][t] */
-    float p_r[ATT_ROW * ATT_ROW] ATT_ALIGN, ds_r[ATT_ROW * ATT_ROW] ATT_ALIGN; /* P[t][u], dS[t][u] */
-    vf rowdot[H * NCH];                                   /* per head and lane chunk: sum_u P dP */
-    to_lanes(D, dout, D, L, dot);
-    for (int i = 0; i < H * NCH; i++) rowdot[i] = v_zero();
-    for (int u = 0; u < L; u++) /* dP^T[u][t] = dout[t] . v[u] (per head) */
-        for (int h = 0; h < H; h++) {
-            const float *v = qkv + u * QS + 2 * D + h * HD, *pt = att + h * L * ATT_ROW;
-            for (int c = 0; c < ATT_ROW; c += VW) {
+    float *restrict dot = scratch;            /* dout^T: [feature][t] */
+    float *restrict dqt = dot + D * LW;       /* dq^T:   [feature][t] */
+    float *restrict dkt = dqt + D * LW;       /* dk^T:   [feature][u] */
+    float *restrict dvt = dkt + D * LW;       /* dv^T:   [feature][u] */
+    float *restrict ds_t = dvt + D * LW;      /* per head: dS^T[u][t], laid out as att */
+    float *restrict p_r = ds_t + H * L * LW;  /* one head's P[t][u] */
+    float *restrict ds_r = p_r + LW * LW;     /* one head's dS[t][u] */
+    vf rowdot[H];                             /* per head, for one query block: sum_u P dP */
+    to_lanes(D, dout, D, L, LW, dot);
+    for (int c = 0; c < LW; c += VW) {
+        const int keys = L < c + VW ? L : c + VW;
+        for (int h = 0; h < H; h++) rowdot[h] = v_zero();
+        for (int u = 0; u < keys; u++) /* dP^T[u][t] = dout[t] . v[u] (per head) */
+            for (int h = 0; h < H; h++) {
+                const float *v = qkv + u * QS + 2 * D + h * HD;
                 vf dp = v_zero();
-                for (int j = 0; j < HD; j++) dp = v_fma(v_set1(v[j]), v_load(dot + (h * HD + j) * ATT_ROW + c), dp);
-                rowdot[h * NCH + c / VW] = v_fma(v_load(pt + u * ATT_ROW + c), dp, rowdot[h * NCH + c / VW]);
-                v_store(ds_t + h * TILE_F + u * ATT_ROW + c, dp);
+                for (int j = 0; j < HD; j++) dp = v_fma(v_set1(v[j]), v_load(dot + (h * HD + j) * LW + c), dp);
+                rowdot[h] = v_fma(v_load(att + (h * L + u) * LW + c), dp, rowdot[h]);
+                v_store(ds_t + (h * L + u) * LW + c, dp);
             }
-        }
-    for (int u = 0; u < L; u++) /* dS = P (dP - sum_u P dP), times the score scale */
-        for (int h = 0; h < H; h++) {
-            const float *pt = att + h * L * ATT_ROW;
-            float *dsh = ds_t + h * TILE_F;
-            for (int c = 0; c < ATT_ROW; c += VW) {
-                vf p = v_load(pt + u * ATT_ROW + c);
-                vf ds = v_mul(v_mul(p, v_sub(v_load(dsh + u * ATT_ROW + c), rowdot[h * NCH + c / VW])), v_set1(scale));
-                v_store(dsh + u * ATT_ROW + c, ds);
+        for (int u = 0; u < keys; u++) /* dS = P (dP - sum_u P dP), times the score scale */
+            for (int h = 0; h < H; h++) {
+                float *dsh = ds_t + (h * L + u) * LW + c;
+                const vf p = v_load(att + (h * L + u) * LW + c);
+                v_store(dsh, v_mul(v_mul(p, v_sub(v_load(dsh), rowdot[h])), v_set1(scale)));
             }
-        }
+        for (int h = 0; h < H; h++) /* dq^T[j][t] = sum_u k[u][j] dS^T[u][t] */
+            accumulate_head(HD, qkv + D + h * HD, QS, ds_t + h * L * LW + c, LW, 0, keys, dqt + h * HD * LW + c);
+    }
     for (int h = 0; h < H; h++) {
-        const float *pt = att + h * L * ATT_ROW, *dsh = ds_t + h * TILE_F;
-        for (int j = 0; j < HD; j += 4) /* dq^T[j][t] = sum_u k[u][j] dS^T[u][t] */
-            accumulate4(qkv + D + h * HD + j, QS, dsh, L, dqt + (h * HD + j) * ATT_ROW);
-        /* dk and dv sum over queries t: switch P and dS to lanes u. */
-        transpose_tile(pt, L, p_r); /* lanes u >= L come out zero; rows t >= L are never read (nor written
-                                     * for L <= SHORT_SEQ) */
-        transpose_tile(dsh, L, ds_r);
-        for (int j = 0; j < HD; j += 4) { /* lanes u: dk^T = sum_t q[t] dS[t], dv^T = sum_t dout[t] P[t] */
-            accumulate4(qkv + h * HD + j, QS, ds_r, L, dkt + (h * HD + j) * ATT_ROW);
-            accumulate4(dout + h * HD + j, D, p_r, L, dvt + (h * HD + j) * ATT_ROW);
+        /* dk and dv sum over queries t: switch P and dS to lanes u (lanes u >= L come out zero; rows t >= L
+         * are never read). */
+        transpose_causal(att + h * L * LW, L, LW, p_r);
+        transpose_causal(ds_t + h * L * LW, L, LW, ds_r);
+        for (int c = 0; c < LW; c += VW) { /* keys u in lanes c..c+VW see the queries t >= c */
+            const float *q = qkv + h * HD, *dq = dout + h * HD;
+            float *dk = dkt + h * HD * LW + c, *dv = dvt + h * HD * LW + c;
+            int j = 0;
+            for (; j + 4 <= HD; j += 4) { /* lanes u: dk^T = sum_t q[t] dS[t], dv^T = sum_t dout[t] P[t] */
+                accumulate_lanes(4, q + j, QS, ds_r + c, LW, c, L, dk + j * LW);
+                accumulate_lanes(4, dq + j, D, p_r + c, LW, c, L, dv + j * LW);
+            }
+            if (j < HD) {
+                accumulate_rest(HD - j, q + j, QS, ds_r + c, LW, c, L, dk + j * LW);
+                accumulate_rest(HD - j, dq + j, D, p_r + c, LW, c, L, dv + j * LW);
+            }
         }
     }
-    from_lanes(D, dqt, L, dqkv, QS);
-    from_lanes(D, dkt, L, dqkv + D, QS);
-    from_lanes(D, dvt, L, dqkv + 2 * D, QS);
+    from_lanes(D, dqt, L, LW, dqkv, QS);
+    from_lanes(D, dkt, L, LW, dqkv + D, QS);
+    from_lanes(D, dvt, L, LW, dqkv + 2 * D, QS);
 }
 
 #endif /* EMG_X86_ATTENTION_H */

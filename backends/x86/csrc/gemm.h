@@ -1,13 +1,17 @@
 /* Register-accumulator GEMMs. An MR x NC tile of the output (NC vectors of VW floats per row) stays in
  * registers for the whole reduction: per reduction step NC loads and MR broadcasts feed MR*NC FMAs.
- * All shapes except the row count are compile-time constants at every call site, so the tile loops
- * unroll fully and the accumulators live in registers. */
+ * Every tile's MR and NC are compile-time constants, so the tile loops unroll fully and the accumulators live
+ * in registers. Output widths and row counts known only at run time (the vocabulary) go through a switch to
+ * one compiled tile per count (gemm_nn_any, tile_rows). Each output element is the same chain of FMAs over
+ * the reduction whatever tile holds it, so the tile shapes never change a result. */
 #ifndef EMG_X86_GEMM_H
 #define EMG_X86_GEMM_H
 
 #include "simd.h"
 
 #define ROW_PAD 12 /* packed row counts are padded to this; every MR below divides it */
+
+AI int round_up(int x, int m) { return (x + m - 1) / m * m; }
 
 enum epilogue {
     EPI_NONE, /* C = A B */
@@ -22,12 +26,14 @@ enum epilogue {
 #define NC_MAX 2
 #endif
 
-/* Vectors per tile row for an N-wide output (N a multiple of VW). */
+/* Vectors per tile row for an N-wide output (N a multiple of VW): the widest of 4, 3, 2 that divides N / VW;
+ * for other counts above NC_MAX (5, 7, 11, ... vectors) NC_MAX, with the rest in one narrower panel. */
 AI int tile_nc(int n) {
     int nv = n / VW;
     if (NC_MAX >= 4 && nv % 4 == 0) return 4;
     if (NC_MAX >= 3 && nv % 3 == 0) return 3;
     if (nv % 2 == 0) return 2;
+    if (nv > NC_MAX) return NC_MAX;
     return 1;
 }
 
@@ -82,30 +88,87 @@ AI void tile(const int mr, const int nc, int K, const float *A, const int a_row,
     tile_finish(mr, nc, acc, C, ldc, E, lde, epi);
 }
 
-/* C[rows][N] = epi(A[rows][K] @ B[K][N]); rows a multiple of ROW_PAD. */
+/* tile() for a row count r known only at run time, 1 <= r < tile_mr(nc): one compiled tile per count. */
+AI void tile_rows(const int r, const int nc, int K, const float *A, const int a_row, const int a_red, const float *B,
+                  const int ldb, float *C, const int ldc, const float *E, const int lde, const int epi) {
+#define TILE_ROWS_CASE(n)                                                                  \
+    case n:                                                                                \
+        if (n < tile_mr(nc)) tile(n, nc, K, A, a_row, a_red, B, ldb, C, ldc, E, lde, epi); \
+        break;
+    switch (r) {
+        TILE_ROWS_CASE(1) TILE_ROWS_CASE(2) TILE_ROWS_CASE(3) TILE_ROWS_CASE(4) TILE_ROWS_CASE(5)
+        TILE_ROWS_CASE(6) TILE_ROWS_CASE(7) TILE_ROWS_CASE(8) TILE_ROWS_CASE(9) TILE_ROWS_CASE(10)
+        TILE_ROWS_CASE(11)
+    }
+#undef TILE_ROWS_CASE
+}
+
+/* Columns [0, nc * VW) of C = epi(A B) over rows (a multiple of ROW_PAD). */
+AI void gemm_nn_panel(int rows, const int nc, const int K, const float *A, const int lda, const float *B,
+                      const int ldb, float *C, const int ldc, const float *E, const int lde, const int epi) {
+    const int mr = tile_mr(nc);
+    for (int i0 = 0; i0 < rows; i0 += mr)
+        tile(mr, nc, K, A + (long)i0 * lda, lda, 1, B, ldb, C + (long)i0 * ldc, ldc, E ? E + (long)i0 * lde : 0, lde,
+             epi);
+}
+
+/* The last nv < NC_MAX vector columns (nv may be a run-time count). */
+AI void gemm_nn_rest(int rows, const int nv, const int K, const float *A, const int lda, const float *B,
+                     const int ldb, float *C, const int ldc, const float *E, const int lde, const int epi) {
+    switch (nv) {
+    case 1: gemm_nn_panel(rows, 1, K, A, lda, B, ldb, C, ldc, E, lde, epi); break;
+    case 2: if (NC_MAX > 2) gemm_nn_panel(rows, 2, K, A, lda, B, ldb, C, ldc, E, lde, epi); break;
+    case 3: if (NC_MAX > 3) gemm_nn_panel(rows, 3, K, A, lda, B, ldb, C, ldc, E, lde, epi); break;
+    }
+}
+
+/* C[rows][N] = epi(A[rows][K] @ B[K][N]); rows a multiple of ROW_PAD, N a multiple of VW and a compile-time
+ * constant at the call site (panels of tile_nc(N) vectors). */
 AI void gemm_nn(int rows, const int N, const int K, const float *A, const int lda, const float *B,
                 const int ldb, float *C, const int ldc, const float *E, const int lde, const int epi) {
-    const int nc = tile_nc(N), mr = tile_mr(nc);
-    for (int j0 = 0; j0 < N; j0 += nc * VW)
-        for (int i0 = 0; i0 < rows; i0 += mr)
-            tile(mr, nc, K, A + (long)i0 * lda, lda, 1, B + j0, ldb, C + (long)i0 * ldc + j0, ldc,
-                 E ? E + (long)i0 * lde + j0 : 0, lde, epi);
+    const int nc = tile_nc(N), n_main = N / (nc * VW) * (nc * VW);
+    for (int j0 = 0; j0 < n_main; j0 += nc * VW)
+        gemm_nn_panel(rows, nc, K, A, lda, B + j0, ldb, C + j0, ldc, E ? E + j0 : 0, lde, epi);
+    if (n_main < N)
+        gemm_nn_rest(rows, (N - n_main) / VW, K, A, lda, B + n_main, ldb, C + n_main, ldc, E ? E + n_main : 0, lde,
+                     epi);
+}
+
+/* gemm_nn for an N known only at run time (the padded vocabulary): panels of NC_MAX vectors, then the rest. */
+AI void gemm_nn_any(int rows, const int N, const int K, const float *A, const int lda, const float *B,
+                    const int ldb, float *C, const int ldc, const float *E, const int lde, const int epi) {
+    const int n_main = N / (NC_MAX * VW) * (NC_MAX * VW);
+    for (int j0 = 0; j0 < n_main; j0 += NC_MAX * VW)
+        gemm_nn_panel(rows, NC_MAX, K, A, lda, B + j0, ldb, C + j0, ldc, E ? E + j0 : 0, lde, epi);
+    if (n_main < N)
+        gemm_nn_rest(rows, (N - n_main) / VW, K, A, lda, B + n_main, ldb, C + n_main, ldc, E ? E + n_main : 0, lde,
+                     epi);
+}
+
+/* Columns [0, nc * VW) of a weight gradient over all M rows (M may be a run-time count). */
+AI void gemm_tn_panel(const int M, const int nc, int P, const float *A, const int lda, const float *B, const int ldb,
+                      float *C, const int ldc, const int epi) {
+    const int mr = tile_mr(nc), m_main = M - M % mr;
+    for (int i0 = 0; i0 < m_main; i0 += mr) {
+        float *c = C + (long)i0 * ldc;
+        tile(mr, nc, P, A + i0, 1, lda, B, ldb, c, ldc, c, ldc, epi);
+    }
+    if (M % mr) {
+        float *c = C + (long)m_main * ldc;
+        tile_rows(M % mr, nc, P, A + m_main, 1, lda, B, ldb, c, ldc, c, ldc, epi);
+    }
 }
 
 /* Weight gradient: C[M][N] = sum_p A[p][0:M]^T B[p][0:N] over P packed rows (A, B row-major); with
- * `accumulate` the sum is added to C (tiles start from C itself: EPI_ADD with E = C). */
+ * EPI_ADD the sum is added to C (tiles start from C itself). N is a compile-time constant at the call site. */
 AI void gemm_tn_epi(const int M, const int N, int P, const float *A, const int lda, const float *B, const int ldb,
                     float *C, const int ldc, const int epi) {
-    const int nc = tile_nc(N), mr = tile_mr(nc), m_main = M - M % mr;
-    for (int j0 = 0; j0 < N; j0 += nc * VW) {
-        for (int i0 = 0; i0 < m_main; i0 += mr) {
-            float *c = C + (long)i0 * ldc + j0;
-            tile(mr, nc, P, A + i0, 1, lda, B + j0, ldb, c, ldc, c, ldc, epi);
-        }
-        if (M % mr) {
-            float *c = C + (long)m_main * ldc + j0;
-            tile(M % mr, nc, P, A + m_main, 1, lda, B + j0, ldb, c, ldc, c, ldc, epi);
-        }
+    const int nc = tile_nc(N), n_main = N / (nc * VW) * (nc * VW);
+    for (int j0 = 0; j0 < n_main; j0 += nc * VW) gemm_tn_panel(M, nc, P, A, lda, B + j0, ldb, C + j0, ldc, epi);
+    switch ((N - n_main) / VW) { /* at most NC_MAX - 1 vectors left */
+    case 1: gemm_tn_panel(M, 1, P, A, lda, B + n_main, ldb, C + n_main, ldc, epi); break;
+    case 2: if (NC_MAX > 2) gemm_tn_panel(M, 2, P, A, lda, B + n_main, ldb, C + n_main, ldc, epi); break;
+    case 3: if (NC_MAX > 3) gemm_tn_panel(M, 3, P, A, lda, B + n_main, ldb, C + n_main, ldc, epi); break;
     }
 }
 

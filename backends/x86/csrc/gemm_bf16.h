@@ -10,14 +10,15 @@
 #include <stdint.h>
 
 #include "gemm.h"
+#ifdef EMG_BF16_EMULATE
+#include "bf16_emulate.h"
+#endif
 
 #if VW != 16 || !defined(__AVX512BF16__)
 #error "gemm_bf16.h needs AVX-512 with AVX512-BF16 (-mavx512bf16)"
 #endif
 
 #define BF_ALIGN_K 16 /* reductions are padded with zero rows to a multiple of this */
-
-AI int round_up(int x, int m) { return (x + m - 1) / m * m; }
 
 /* dst[k/2][n][k % 2] = bf16(src[k * ld + n]) for k < Kp (rows k >= K are zero), n < N (a multiple of 16).
  * Kp even; dst is [Kp/2][N] 32-bit pairs. Participant tid of n_part packs pair rows tid, tid + n_part, ... */
@@ -86,37 +87,88 @@ AI void tile_bf16(const int mr, const int nc, int K2, const uint32_t *A, const i
     tile_finish(mr, nc, acc, C, ldc, E, lde, epi);
 }
 
-/* gemm_nn with B packed by pack_pairs (K rounded up to BF_ALIGN_K); A is rounded into scratch first
- * (rows x round_up(K, 16) bf16; A's columns K..round_up(K, 16) must be finite, they meet zero rows of B). */
-AI void gemm_nn_bf16(int rows, const int N, const int K, const float *A, const int lda, const uint32_t *B,
-                     float *C, const int ldc, const float *E, const int lde, const int epi, uint16_t *scratch) {
-    const int Kp = round_up(K, BF_ALIGN_K), nc = tile_nc(N), mr = tile_mr(nc);
-    rows_to_bf16(A, lda, rows, Kp, scratch);
-    const uint32_t *Ap = (const uint32_t *)scratch;
-    for (int j0 = 0; j0 < N; j0 += nc * VW)
-        for (int i0 = 0; i0 < rows; i0 += mr)
-            tile_bf16(mr, nc, Kp / 2, Ap + (long)i0 * (Kp / 2), Kp / 2, 1, B + j0, N, C + (long)i0 * ldc + j0, ldc,
-                      E ? E + (long)i0 * lde + j0 : 0, lde, epi);
+/* tile_bf16() for a row count r known only at run time, 1 <= r < tile_mr(nc) (as gemm.h's tile_rows). */
+AI void tile_bf16_rows(const int r, const int nc, int K2, const uint32_t *A, const int a_row, const int a_red,
+                       const uint32_t *B, const int ldb, float *C, const int ldc, const float *E, const int lde,
+                       const int epi) {
+#define TILE_ROWS_CASE(n)                                                                       \
+    case n:                                                                                     \
+        if (n < tile_mr(nc)) tile_bf16(n, nc, K2, A, a_row, a_red, B, ldb, C, ldc, E, lde, epi); \
+        break;
+    switch (r) {
+        TILE_ROWS_CASE(1) TILE_ROWS_CASE(2) TILE_ROWS_CASE(3) TILE_ROWS_CASE(4) TILE_ROWS_CASE(5)
+        TILE_ROWS_CASE(6) TILE_ROWS_CASE(7) TILE_ROWS_CASE(8) TILE_ROWS_CASE(9) TILE_ROWS_CASE(10)
+        TILE_ROWS_CASE(11)
+    }
+#undef TILE_ROWS_CASE
 }
 
-/* gemm_tn over P packed rows (added to C when `accumulate`): both operands are packed into pairs of rows
- * first (scratch_a: P x round_up(M, 16), scratch_b: P x N bf16, P rounded up to even with a zero row). */
+/* Columns [0, nc * 16) of gemm_nn_bf16 over all rows; A already packed (K2 pairs per row), B's rows ldb pairs. */
+AI void gemm_nn_bf16_panel(int rows, const int nc, const int K2, const uint32_t *A, const uint32_t *B, const int ldb,
+                           float *C, const int ldc, const float *E, const int lde, const int epi) {
+    const int mr = tile_mr(nc);
+    for (int i0 = 0; i0 < rows; i0 += mr)
+        tile_bf16(mr, nc, K2, A + (long)i0 * K2, K2, 1, B, ldb, C + (long)i0 * ldc, ldc, E ? E + (long)i0 * lde : 0,
+                  lde, epi);
+}
+
+/* The last nv < NC_MAX vector columns (nv may be a run-time count). */
+AI void gemm_nn_bf16_rest(int rows, const int nv, const int K2, const uint32_t *A, const uint32_t *B, const int ldb,
+                          float *C, const int ldc, const float *E, const int lde, const int epi) {
+    switch (nv) {
+    case 1: gemm_nn_bf16_panel(rows, 1, K2, A, B, ldb, C, ldc, E, lde, epi); break;
+    case 2: gemm_nn_bf16_panel(rows, 2, K2, A, B, ldb, C, ldc, E, lde, epi); break;
+    case 3: gemm_nn_bf16_panel(rows, 3, K2, A, B, ldb, C, ldc, E, lde, epi); break;
+    }
+}
+
+/* gemm_nn with B packed by pack_pairs (K rounded up to BF_ALIGN_K, N pairs per row); A is rounded into scratch
+ * first (rows x round_up(K, 16) bf16; A's columns K..round_up(K, 16) must be finite, they meet zero rows of B).
+ * `any_n`: N is known only at run time (panels of NC_MAX vectors), else a compile-time constant at the call
+ * site (panels of tile_nc(N) vectors), as gemm.h's gemm_nn_any and gemm_nn. */
+AI void gemm_nn_bf16(int rows, const int N, const int K, const float *A, const int lda, const uint32_t *B,
+                     float *C, const int ldc, const float *E, const int lde, const int epi, uint16_t *scratch,
+                     const int any_n) {
+    const int Kp = round_up(K, BF_ALIGN_K), nc = any_n ? NC_MAX : tile_nc(N), n_main = N / (nc * VW) * (nc * VW);
+    rows_to_bf16(A, lda, rows, Kp, scratch);
+    const uint32_t *Ap = (const uint32_t *)scratch;
+    for (int j0 = 0; j0 < n_main; j0 += nc * VW)
+        gemm_nn_bf16_panel(rows, nc, Kp / 2, Ap, B + j0, N, C + j0, ldc, E ? E + j0 : 0, lde, epi);
+    if (n_main < N)
+        gemm_nn_bf16_rest(rows, (N - n_main) / VW, Kp / 2, Ap, B + n_main, N, C + n_main, ldc, E ? E + n_main : 0,
+                          lde, epi);
+}
+
+/* Columns [0, nc * 16) of a packed weight gradient over all M rows (M may be a run-time count). */
+AI void gemm_tn_bf16_panel(const int M, const int nc, const int P2, const uint32_t *Ap, const int Mp,
+                           const uint32_t *Bp, const int N, float *C, const int ldc, const int epi) {
+    const int mr = tile_mr(nc), m_main = M - M % mr;
+    for (int i0 = 0; i0 < m_main; i0 += mr) {
+        float *c = C + (long)i0 * ldc;
+        tile_bf16(mr, nc, P2, Ap + i0, 1, Mp, Bp, N, c, ldc, c, ldc, epi);
+    }
+    if (M % mr) {
+        float *c = C + (long)m_main * ldc;
+        tile_bf16_rows(M % mr, nc, P2, Ap + m_main, 1, Mp, Bp, N, c, ldc, c, ldc, epi);
+    }
+}
+
+/* gemm_tn over P packed rows (added to C for EPI_ADD): both operands are packed into pairs of rows first
+ * (scratch_a: P x round_up(M, 16), scratch_b: P x N bf16, P rounded up to even with a zero row). N is a
+ * compile-time constant at the call site; M may be a run-time count. */
 AI void gemm_tn_bf16_epi(const int M, const int N, int P, const float *A, const int lda, const float *B,
                          const int ldb, float *C, const int ldc, const int epi, uint16_t *scratch_a,
                          uint16_t *scratch_b) {
-    const int Mp = round_up(M, 16), Pp = round_up(P, 2), nc = tile_nc(N), mr = tile_mr(nc), m_main = M - M % mr;
+    const int Mp = round_up(M, 16), Pp = round_up(P, 2), nc = tile_nc(N), n_main = N / (nc * VW) * (nc * VW);
     uint32_t *Ap = (uint32_t *)scratch_a, *Bp = (uint32_t *)scratch_b;
     pack_pairs(A, lda, P, Pp, Mp, Ap, 0, 1);
     pack_pairs(B, ldb, P, Pp, N, Bp, 0, 1);
-    for (int j0 = 0; j0 < N; j0 += nc * VW) {
-        for (int i0 = 0; i0 < m_main; i0 += mr) {
-            float *c = C + (long)i0 * ldc + j0;
-            tile_bf16(mr, nc, Pp / 2, Ap + i0, 1, Mp, Bp + j0, N, c, ldc, c, ldc, epi);
-        }
-        if (M % mr) {
-            float *c = C + (long)m_main * ldc + j0;
-            tile_bf16(M % mr, nc, Pp / 2, Ap + m_main, 1, Mp, Bp + j0, N, c, ldc, c, ldc, epi);
-        }
+    for (int j0 = 0; j0 < n_main; j0 += nc * VW)
+        gemm_tn_bf16_panel(M, nc, Pp / 2, Ap, Mp, Bp + j0, N, C + j0, ldc, epi);
+    switch ((N - n_main) / VW) { /* at most NC_MAX - 1 vectors left */
+    case 1: gemm_tn_bf16_panel(M, 1, Pp / 2, Ap, Mp, Bp + n_main, N, C + n_main, ldc, epi); break;
+    case 2: gemm_tn_bf16_panel(M, 2, Pp / 2, Ap, Mp, Bp + n_main, N, C + n_main, ldc, epi); break;
+    case 3: gemm_tn_bf16_panel(M, 3, Pp / 2, Ap, Mp, Bp + n_main, N, C + n_main, ldc, epi); break;
     }
 }
 

@@ -8,54 +8,91 @@
 #include "gemm.h"
 #include "session.h"
 
-static int supports(int d_model, int n_heads) { return emg_x86_find_kernel(d_model, n_heads) != NULL; }
+/* A compiled step exists for every width 16..256 in steps of 16 (step.c). Heads, layers, vocabulary and
+ * context are run-time values over the ABI's whole range: attention takes any head_dim >= 4 (not only
+ * multiples of 4) and any context up to EMG_MAX_CONTEXT. */
+static int supports(const emg_shape *shape) { return emg_x86_find_kernel(shape->d_model) != NULL; }
 
-/* Carve the arena into the session's buffers; with base NULL only counts floats. Every buffer starts on
- * a 64-byte boundary (sizes are rounded to 16 floats). */
-static size_t layout(struct emg_session *s, float *base) {
-    const size_t d = (size_t)s->core.d_model, rows = (size_t)s->max_rows;
-    size_t off = 0;
+/* Carve an arena into buffers; with base NULL only count floats. Every buffer starts on a 64-byte boundary
+ * (sizes are rounded to 16 floats). */
 #define TAKE(field, count)                                   \
     do {                                                     \
-        if (base) s->field = base + off;                     \
+        if (base) (field) = base + off;                      \
         off += ((size_t)(count) + 15) / 16 * 16;             \
     } while (0)
-#ifndef EMG_BF16 /* the bf16 build packs its forward copies straight from the weights */
-    TAKE(wqkv_t, 3 * d * d); TAKE(wo_t, d * d); TAKE(wf1_t, 4 * d * d); TAKE(wf2_t, 4 * d * d);
-    TAKE(wlm_t, d * LOGIT_LD);
+
+static size_t copies_layout(struct emg_session *s, float *base) {
+    const size_t d = (size_t)s->core.shape.d_model, L = (size_t)s->core.shape.n_layers, vp = (size_t)s->logit_ld;
+    size_t off = 0;
+#ifndef EMG_BF16
+    TAKE(s->wqkv_t, L * 3 * d * d); TAKE(s->wo_t, L * d * d); TAKE(s->wf1_t, L * 4 * d * d);
+    TAKE(s->wf2_t, L * 4 * d * d); TAKE(s->wlm_t, d * vp);
+#else /* sizes in floats: two bf16 per float */
+    TAKE(s->pk_qkv_t, L * 3 * d * d / 2); TAKE(s->pk_o_t, L * d * d / 2); TAKE(s->pk_f1_t, L * 2 * d * d);
+    TAKE(s->pk_f2_t, L * 2 * d * d); TAKE(s->pk_lm_t, d * vp / 2); TAKE(s->pk_lm, d * vp / 2);
+    TAKE(s->pk_f2, L * 2 * d * d); TAKE(s->pk_f1, L * 2 * d * d); TAKE(s->pk_o, L * d * d / 2);
+    TAKE(s->pk_qkv, L * 3 * d * d / 2);
 #endif
-    TAKE(x0, rows * d); TAKE(n1, rows * d); TAKE(qkv, rows * 3 * d); TAKE(o, rows * d);
-    TAKE(x1, rows * d); TAKE(n2, rows * d); TAKE(hid, rows * 4 * d); TAKE(x2, rows * d);
-    TAKE(logits, rows * LOGIT_LD); TAKE(r0, rows); TAKE(r1, rows); TAKE(r2, rows);
-    TAKE(att, rows * (size_t)s->core.n_heads * ATT_ROW);
-    TAKE(dx2, rows * d); TAKE(dhid, rows * 4 * d); TAKE(dn2, rows * d); TAKE(dx1, rows * d);
-    TAKE(dout, rows * d); TAKE(dqkv, rows * 3 * d); TAKE(dn1, rows * d);
-#ifdef EMG_BF16 /* sizes in floats: two bf16 per float (see session.h) */
-    TAKE(pk_qkv_t, 3 * d * d / 2); TAKE(pk_o_t, d * d / 2); TAKE(pk_f1_t, 2 * d * d); TAKE(pk_f2_t, 2 * d * d);
-    TAKE(pk_lm_t, d * LOGIT_LD / 2); TAKE(pk_lm, d * LOGIT_LD / 2); TAKE(pk_f2, 2 * d * d); TAKE(pk_f1, 2 * d * d);
-    TAKE(pk_o, d * d / 2); TAKE(pk_qkv, 3 * d * d / 2); TAKE(bf_a, rows * 2 * d); TAKE(bf_b, rows * 2 * d);
-#endif
-#undef TAKE
     return off;
 }
 
+static size_t acts_layout(const struct emg_session *s, struct emg_acts *a, float *base) {
+    const emg_shape *sh = &s->core.shape;
+    const size_t d = (size_t)sh->d_model, L = (size_t)sh->n_layers, R = (size_t)a->rows;
+    const size_t lanes = (size_t)s->att_lanes;
+    size_t off = 0;
+    TAKE(a->x, (L + 1) * R * d); TAKE(a->r_emb, R); TAKE(a->n1, L * R * d); TAKE(a->r1, L * R);
+    TAKE(a->qkv, L * R * 3 * d); TAKE(a->att, L * R * (size_t)sh->n_heads * lanes); TAKE(a->o, L * R * d);
+    TAKE(a->x_mid, L * R * d); TAKE(a->n2, L * R * d); TAKE(a->r2, L * R); TAKE(a->hid, L * R * 4 * d);
+    TAKE(a->logits, R * (size_t)s->logit_ld);
+    TAKE(a->dx, R * d); TAKE(a->dhid, R * 4 * d); TAKE(a->dn2, R * d); TAKE(a->dx_mid, R * d);
+    TAKE(a->dout, R * d); TAKE(a->dqkv, R * 3 * d); TAKE(a->dn1, R * d);
+    TAKE(a->scratch, attention_scratch(sh->d_model, sh->n_heads, s->att_lanes));
+#ifdef EMG_BF16 /* sizes in floats: two bf16 per float */
+    const size_t widest = 4 * d > (size_t)s->logit_ld ? 4 * d : (size_t)s->logit_ld;
+    TAKE(a->bf_a, R * widest / 2); TAKE(a->bf_b, R * 2 * d);
+#endif
+    return off;
+}
+#undef TAKE
+
+int emg_x86_acts_alloc(const struct emg_session *s, struct emg_acts *a) {
+    const long live = (long)s->core.max_batch * s->core.shape.context;
+    a->rows = live < BLOCK_ROWS ? round_up((int)live, ROW_PAD) : BLOCK_ROWS;
+    const size_t bytes = acts_layout(s, a, NULL) * sizeof(float);
+    a->arena = aligned_alloc(64, bytes);
+    if (a->arena == NULL) return EMG_ERR_NOMEM;
+    memset(a->arena, 0, bytes);
+    acts_layout(s, a, a->arena);
+    return EMG_OK;
+}
+
+void emg_x86_acts_free(struct emg_acts *a) {
+    free(a->arena);
+    a->arena = NULL;
+}
+
 static int init(struct emg_session *s) {
-    s->k = emg_x86_find_kernel(s->core.d_model, s->core.n_heads);
-    s->max_rows = (s->core.max_batch * (EMG_MAX_SEQ - 1) + ROW_PAD - 1) / ROW_PAD * ROW_PAD
+    const emg_shape *sh = &s->core.shape;
+    s->k = emg_x86_find_kernel(sh->d_model);
+    s->logit_ld = round_up(sh->vocab, 16);
+    s->att_lanes = att_lanes(sh->context);
+    s->max_rows = round_up(s->core.max_batch * sh->context, ROW_PAD)
                   + (EMG_X86_MAX_THREADS - 1) * ROW_PAD; /* threads.h: one padded chunk per thread */
-    const size_t floats = layout(s, NULL);
-    s->arena = aligned_alloc(64, floats * sizeof(float));
+    const size_t bytes = copies_layout(s, NULL) * sizeof(float);
+    s->arena = aligned_alloc(64, bytes);
     s->row_tok = malloc(sizeof(int) * (size_t)s->max_rows * 3);
     if (s->arena == NULL || s->row_tok == NULL) return EMG_ERR_NOMEM;
-    memset(s->arena, 0, floats * sizeof(float));
-    layout(s, s->arena);
+    memset(s->arena, 0, bytes); /* the padding columns of the LM head's copies stay zero */
+    copies_layout(s, s->arena);
     s->row_tgt = s->row_tok + s->max_rows;
     s->row_pos = s->row_tgt + s->max_rows;
-    return EMG_OK;
+    return emg_x86_acts_alloc(s, &s->acts);
 }
 
 static void release(struct emg_session *s) {
     emg_x86_threads_free(s);
+    emg_x86_acts_free(&s->acts);
     free(s->arena);
     free(s->row_tok);
 }

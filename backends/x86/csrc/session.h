@@ -1,5 +1,6 @@
-/* The session object shared by the backend hooks (session.c), the thread split (threads.c) and the per-size
- * step kernels (step.c). */
+/* The session object shared by the backend hooks (session.c), the thread split (threads.c) and the per-width
+ * step kernels (step.c). Sizes in the buffer comments: L = n_layers, D = d_model, H = n_heads, V = vocab,
+ * VP = logit_ld, R = a participant's block rows (acts.rows), A = att_lanes. */
 #ifndef EMG_X86_SESSION_H
 #define EMG_X86_SESSION_H
 
@@ -11,9 +12,14 @@
 
 struct emg_session;
 
-/* One compiled specialisation of the step for a (d_model, n_heads). */
+/* Live rows per block of a chunk (step_impl.h, chunk_step): about two batches of 16 names. Measured per
+ * sample at batch 256 against batch 64 (d64 / d128, one layer): unblocked 15% / 3% slower; blocks of 480 rows
+ * 2% slower / 2% faster; 240 rows 2% / 2% faster; 120 rows about even. A multiple of ROW_PAD (gemm.h). */
+#define BLOCK_ROWS 240
+
+/* The step compiled for one width (step_impl.h); heads, layers, vocabulary and context are run-time values. */
 struct emg_kernel {
-    int d_model, n_heads;
+    int d_model;
     /* Forward (and backward into grads when it is not NULL) on an already validated batch. */
     void (*loss_and_grad)(struct emg_session *s, int batch, const uint8_t *tokens, const uint8_t *lengths,
                           float *loss, float *grads);
@@ -26,35 +32,83 @@ struct emg_kernel {
     void (*sync_transposed)(struct emg_session *s);
 };
 
-/* The kernel for (d_model, n_heads), or NULL. */
-const struct emg_kernel *emg_x86_find_kernel(int d_model, int n_heads);
+/* The kernel for d_model, or NULL. */
+const struct emg_kernel *emg_x86_find_kernel(int d_model);
+
+/* One participant's working memory for one block of packed rows: the activations of every layer (so the
+ * backward pass runs the layers in reverse), the backward buffers every layer reuses, and attention's
+ * scratch. Padding rows (a block's rows up to a multiple of ROW_PAD) are zero all the way through. */
+struct emg_acts {
+    int rows;       /* R: min(BLOCK_ROWS, the session's largest batch of live rows), a multiple of ROW_PAD */
+    float *x;       // (L + 1, R, D)  residual stream: x[0] = rms(tok_emb + pos_emb), x[l + 1] = layer l's output
+    float *r_emb;   // (R)            1 / rms of the embedding sum
+    float *n1;      // (L, R, D)      rms(x[l]): attention's input
+    float *r1;      // (L, R)         its 1 / rms
+    float *qkv;     // (L, R, 3D)     q, k, v
+    float *att;     // (L, R * H * A) per sequence of n rows: P^T (H, n, att_lanes(n)) (attention.h)
+    float *o;       // (L, R, D)      attention output, before Wo
+    float *x_mid;   // (L, R, D)      x[l] + Wo o
+    float *n2;      // (L, R, D)      rms(x_mid): the MLP's input
+    float *r2;      // (L, R)
+    float *hid;     // (L, R, 4D)     relu(Wf1 n2)
+    float *logits;  // (R, VP)        Wlm x[L]; then dloss/dlogits in place
+    float *dx;      // (R, D)         dloss/dx[l + 1], then dloss/dx[l]
+    float *dhid;    // (R, 4D)
+    float *dn2;     // (R, D)
+    float *dx_mid;  // (R, D)
+    float *dout;    // (R, D)         dloss/do
+    float *dqkv;    // (R, 3D)
+    float *dn1;     // (R, D)
+    float *scratch; // attention_scratch(D, H, A): one sequence's lane rows
+#ifdef EMG_BF16
+    /* bf16 GEMM operands, rounded just before use (gemm_bf16.h) */
+    float *bf_a;    // (R, max(4D, VP)) bf16
+    float *bf_b;    // (R, 4D) bf16
+#endif
+    void *arena;    /* one allocation holding all of the above */
+};
+
+/* Allocate (zeroed) and free one participant's emg_acts for the session's shape. */
+int emg_x86_acts_alloc(const struct emg_session *s, struct emg_acts *a);
+void emg_x86_acts_free(struct emg_acts *a);
+
+/* Participant tid's emg_acts (tid 0: the session's own; others: the thread pool's). */
+struct emg_acts *emg_x86_acts(struct emg_session *s, int tid);
 
 struct emg_session {
     emg_core core; /* shape, layout, step and the training state: owned by the shared layer */
     const struct emg_kernel *k;
-    int max_rows;
+    int logit_ld;  /* VP = round_up(vocab, 16): logit rows, the LM head's padded output width */
+    int att_lanes; /* A = att_lanes(context): the widest attention lane row */
+    int max_rows;  /* live rows of a full batch, every chunk starting on a multiple of ROW_PAD */
 #ifndef EMG_BF16
-    /* Transposed weight copies used by the forward GEMMs: [in][out]. WlmT is padded to 32 columns. */
-    float *wqkv_t, *wo_t, *wf1_t, *wf2_t, *wlm_t;
+    /* Transposed weight copies for the forward GEMMs, [in][out]: */
+    float *wqkv_t; // (L, D, 3D)
+    float *wo_t;   // (L, D, D)
+    float *wf1_t;  // (L, D, 4D)
+    float *wf2_t;  // (L, 4D, D)
+    float *wlm_t;  // (D, VP)      columns V..VP-1 zero
+#else
+    /* avx512_bf16: the weights packed into bf16 pairs (gemm_bf16.h; sizes in floats = pairs) after every
+     * update, for the forward GEMMs (W^T, packed straight from W) and the backward ones (W): */
+    float *pk_qkv_t; // (L, D/2, 3D)
+    float *pk_o_t;   // (L, D/2, D)
+    float *pk_f1_t;  // (L, D/2, 4D)
+    float *pk_f2_t;  // (L, 2D, D)
+    float *pk_lm_t;  // (D/2, VP)   columns V..VP-1 zero
+    float *pk_lm;    // (VP/2, D)   rows V..VP-1 zero
+    float *pk_f2;    // (L, D/2, 4D)
+    float *pk_f1;    // (L, 2D, D)
+    float *pk_o;     // (L, D/2, D)
+    float *pk_qkv;   // (L, 3D/2, D)
 #endif
-    /* Activations over packed live rows (max_rows: every chunk starts on a multiple of ROW_PAD). */
-    float *x0, *n1, *qkv, *o, *x1, *n2, *hid, *x2, *logits, *r0, *r1, *r2, *att;
-#ifdef EMG_BF16
-    /* avx512_bf16 build: weights packed into bf16 pairs (gemm_bf16.h) for the forward (W^T, packed straight
-     * from W) and backward GEMMs, rebuilt after every update; two bf16 scratch rows of 4 * d per packed row. */
-    float *pk_qkv_t, *pk_o_t, *pk_f1_t, *pk_f2_t, *pk_lm_t, *pk_lm, *pk_f2, *pk_f1, *pk_o, *pk_qkv;
-    float *bf_a, *bf_b;
-#endif
-    /* Backward buffers. */
-    float *dx2, *dhid, *dn2, *dx1, *dout, *dqkv, *dn1;
-    /* Row bookkeeping: input token, target token and position per packed row. */
+    void *arena; /* one allocation holding the copies */
+    /* Row bookkeeping per packed row (max_rows): input token, target token and position. */
     int *row_tok, *row_tgt, *row_pos;
-    void *arena; /* one allocation holding all float buffers */
+    struct emg_acts acts; /* participant 0's */
     /* Threads (threads.h): NULL with one; each step's chunk per participant. */
     struct emg_threads *threads;
     struct emg_chunk chunks[EMG_X86_MAX_THREADS];
 };
-
-#define LOGIT_LD 32 /* logits rows padded from VOCAB (27) to 32 floats */
 
 #endif /* EMG_X86_SESSION_H */

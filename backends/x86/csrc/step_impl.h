@@ -1,174 +1,246 @@
-/* One training step specialised for D_MODEL and N_HEADS (included by step.c once per supported shape,
- * with SFX naming the copy). Live positions of the whole batch are packed into consecutive rows and every
- * operation runs over all rows before the next starts, so each weight matrix is streamed once per step.
+/* One training step specialised for the width D_MODEL (included by step.c once per width); the heads,
+ * layers, vocabulary and context are read from s->core.shape. Live positions of a chunk are packed into
+ * consecutive rows and every operation runs over all rows of a block before the next starts, so each weight
+ * matrix is streamed once per block.
  *
- * Forward per row:  x0 = rms(tok_emb[x] + pos_emb[t]);  n1 = rms(x0);  qkv = n1 Wqkv^T;  o = attention
- *                   x1 = x0 + o Wo^T;  n2 = rms(x1);  hid = relu(n2 Wf1^T);  x2 = x1 + hid Wf2^T
- *                   logits = x2 Wlm^T;  loss = mean cross-entropy over the live rows. */
+ * Forward per row (microgpt's loop):
+ *   x[0] = rms(tok_emb[tok] + pos_emb[t])
+ *   per layer l:  n1 = rms(x[l]);  qkv = n1 Wqkv^T;  o = attention(qkv);  x_mid = x[l] + o Wo^T
+ *                 n2 = rms(x_mid);  hid = relu(n2 Wf1^T);  x[l + 1] = x_mid + hid Wf2^T
+ *   logits = x[L] Wlm^T (no final norm);  loss = mean cross-entropy over the live rows. */
 
 #define CAT_(a, b) a##b
 #define CAT(a, b) CAT_(a, b)
-#define FN(name) CAT(name, SFX)
+#define FN(name) CAT(CAT(name, _d), D_MODEL)
 
 #define D D_MODEL
 #define F (4 * D_MODEL)
 
 /* The GEMM calls name both operand forms: fp32 B (row-major, ldb) and B packed into bf16 pairs (pk); the
- * avx512_bf16 build (EMG_BF16) uses the packed form and the chunk's bf16 scratch rows (bfa, bfb). */
+ * avx512_bf16 build (EMG_BF16) uses the packed form and the participant's bf16 scratch rows (bfa, bfb).
+ * NN_ANY: an output width known only at run time (the padded vocabulary). */
 #ifdef EMG_BF16
 #define NN(rows, N, K, A, lda, B, ldb, pk, C, ldc, E, lde, epi) \
-    gemm_nn_bf16(rows, N, K, A, lda, (const uint32_t *)(pk), C, ldc, E, lde, epi, bfa)
+    gemm_nn_bf16(rows, N, K, A, lda, (const uint32_t *)(pk), C, ldc, E, lde, epi, bfa, 0)
+#define NN_ANY(rows, N, K, A, lda, B, ldb, pk, C, ldc, E, lde, epi) \
+    gemm_nn_bf16(rows, N, K, A, lda, (const uint32_t *)(pk), C, ldc, E, lde, epi, bfa, 1)
 #define TN(M, N, P, A, lda, B, ldb, C, ldc, acc) gemm_tn_bf16(M, N, P, A, lda, B, ldb, C, ldc, acc, bfa, bfb)
 #else
 #define NN(rows, N, K, A, lda, B, ldb, pk, C, ldc, E, lde, epi) gemm_nn(rows, N, K, A, lda, B, ldb, C, ldc, E, lde, epi)
+#define NN_ANY(rows, N, K, A, lda, B, ldb, pk, C, ldc, E, lde, epi) \
+    gemm_nn_any(rows, N, K, A, lda, B, ldb, C, ldc, E, lde, epi)
 #define TN gemm_tn
 #endif
+
+/* For y = x W^T with W [N][K] (rows a multiple of ROW_PAD):
+ * matmul_forward: out[rows][N] = epi(inp[rows][K] W^T) from the forward copy W^T (w_t) or its bf16 pairs (pk_t),
+ *   starting from the residual E for EPI_ADD;
+ * matmul_backward: dinp[rows][K] = dout W (masked by the ReLU output E for EPI_MASK) and dW (+)= dout^T inp
+ *   over the P live rows (added when `acc`). */
+#define matmul_forward(rows, N, K, out, inp, w_t, pk_t, E, epi) NN(rows, N, K, inp, K, w_t, N, pk_t, out, N, E, N, epi)
+#define matmul_backward(rows, P, N, K, dinp, dW, dout, ld_dout, inp, w, pk, E, epi, acc) \
+    do {                                                                                  \
+        NN(rows, K, N, dout, ld_dout, w, K, pk, dinp, K, E, K, epi);                     \
+        TN(N, K, P, dout, ld_dout, inp, K, dW, K, acc);                                   \
+    } while (0)
+
+/* Layer l's slice of a per-layer copy (fp32 transposed, or bf16 pairs) of `size` floats per layer. */
+#define LAYER_COPY(field, l, size) (s->field + (long)(l) * (size))
 
 /* Participant tid of n rebuilds the rows of each transposed copy whose weights its own Adam share updated
  * (threads.h emg_x86_share_rows); avx512_bf16: every n-th 16-row block of each packed copy, the forward ones
  * straight from the weights. */
 static void FN(sync_part)(void *ctx, int tid, int n) {
     struct emg_session *s = ctx;
-    const float *p = s->core.params;
-    const float *wqkv = p + EMG_OFF_WQ(D), *wo = p + EMG_OFF_WO(D), *wf1 = p + EMG_OFF_WF1(D);
-    const float *wf2 = p + EMG_OFF_WF2(D), *wlm = p + EMG_OFF_WLM(D);
-#ifdef EMG_BF16
-    pack_pairs_t(wqkv, 3 * D, D, D, 3 * D, (uint32_t *)s->pk_qkv_t, tid, n);
-    pack_pairs_t(wo, D, D, D, D, (uint32_t *)s->pk_o_t, tid, n);
-    pack_pairs_t(wf1, F, D, D, F, (uint32_t *)s->pk_f1_t, tid, n);
-    pack_pairs_t(wf2, D, F, F, D, (uint32_t *)s->pk_f2_t, tid, n);
-    pack_pairs_t(wlm, EMG_VOCAB, D, D, LOGIT_LD, (uint32_t *)s->pk_lm_t, tid, n); /* columns VOCAB..31: zero */
-    pack_pairs(wlm, D, EMG_VOCAB, round_up(EMG_VOCAB, BF_ALIGN_K), D, (uint32_t *)s->pk_lm, tid, n);
-    pack_pairs(wf2, F, D, D, F, (uint32_t *)s->pk_f2, tid, n);
-    pack_pairs(wf1, D, F, F, D, (uint32_t *)s->pk_f1, tid, n);
-    pack_pairs(wo, D, D, D, D, (uint32_t *)s->pk_o, tid, n);
-    pack_pairs(wqkv, D, 3 * D, 3 * D, D, (uint32_t *)s->pk_qkv, tid, n);
-#else
+    const float *p = s->core.params, *wlm = p + s->core.layout.wlm;
+    const int V = s->core.shape.vocab, VP = s->logit_ld;
+#ifndef EMG_BF16
 #define TRANSPOSE_OWN(w, rows, cols, dst, ld_dst)                                                          \
     do {                                                                                                   \
         int lo_, hi_;                                                                                      \
         emg_x86_share_rows(s->core.layout.n_params, (w) - p, rows, cols, TILE, tid, n, &lo_, &hi_);        \
         transpose_rows(w, rows, cols, cols, dst, ld_dst, lo_, hi_);                                        \
     } while (0)
-    TRANSPOSE_OWN(wqkv, 3 * D, D, s->wqkv_t, 3 * D);
-    TRANSPOSE_OWN(wo, D, D, s->wo_t, D);
-    TRANSPOSE_OWN(wf1, F, D, s->wf1_t, F);
-    TRANSPOSE_OWN(wf2, D, F, s->wf2_t, D);
-    TRANSPOSE_OWN(wlm, EMG_VOCAB, D, s->wlm_t, LOGIT_LD); /* columns VOCAB..31 stay zero */
+#endif
+    for (int l = 0; l < s->core.shape.n_layers; l++) {
+        const float *w = p + emg_layer_offset(&s->core.layout, l);
+        const float *wqkv = w + EMG_LAYER_WQ(D), *wo = w + EMG_LAYER_WO(D), *wf1 = w + EMG_LAYER_WF1(D);
+        const float *wf2 = w + EMG_LAYER_WF2(D);
+#ifdef EMG_BF16
+        pack_pairs_t(wqkv, 3 * D, D, D, 3 * D, (uint32_t *)LAYER_COPY(pk_qkv_t, l, 3 * D * D / 2), tid, n);
+        pack_pairs_t(wo, D, D, D, D, (uint32_t *)LAYER_COPY(pk_o_t, l, D * D / 2), tid, n);
+        pack_pairs_t(wf1, F, D, D, F, (uint32_t *)LAYER_COPY(pk_f1_t, l, 2 * D * D), tid, n);
+        pack_pairs_t(wf2, D, F, F, D, (uint32_t *)LAYER_COPY(pk_f2_t, l, 2 * D * D), tid, n);
+        pack_pairs(wf2, F, D, D, F, (uint32_t *)LAYER_COPY(pk_f2, l, 2 * D * D), tid, n);
+        pack_pairs(wf1, D, F, F, D, (uint32_t *)LAYER_COPY(pk_f1, l, 2 * D * D), tid, n);
+        pack_pairs(wo, D, D, D, D, (uint32_t *)LAYER_COPY(pk_o, l, D * D / 2), tid, n);
+        pack_pairs(wqkv, D, 3 * D, 3 * D, D, (uint32_t *)LAYER_COPY(pk_qkv, l, 3 * D * D / 2), tid, n);
+#else
+        TRANSPOSE_OWN(wqkv, 3 * D, D, LAYER_COPY(wqkv_t, l, 3 * D * D), 3 * D);
+        TRANSPOSE_OWN(wo, D, D, LAYER_COPY(wo_t, l, D * D), D);
+        TRANSPOSE_OWN(wf1, F, D, LAYER_COPY(wf1_t, l, 4 * D * D), F);
+        TRANSPOSE_OWN(wf2, D, F, LAYER_COPY(wf2_t, l, 4 * D * D), D);
+#endif
+    }
+#ifdef EMG_BF16
+    pack_pairs_t(wlm, V, D, D, VP, (uint32_t *)s->pk_lm_t, tid, n); /* columns V..VP-1: zero */
+    pack_pairs(wlm, D, V, VP, D, (uint32_t *)s->pk_lm, tid, n);      /* rows V..VP-1: zero */
+#else
+    (void)VP;
+    TRANSPOSE_OWN(wlm, V, D, s->wlm_t, s->logit_ld); /* columns V..VP-1 stay zero */
 #undef TRANSPOSE_OWN
 #endif
 }
 
 static void FN(sync_transposed)(struct emg_session *s) { emg_pool_run(emg_x86_pool(s), FN(sync_part), s); }
 
+/* Attention for one sequence of L rows. The head count is a compile-time constant for 4 and 8 heads (the
+ * presets' counts: every loop over heads and head features unrolls, the softmax state stays in registers),
+ * and so is the lane count for sequences of one query block (L <= VW: every name at the default context with
+ * AVX-512); any other head count runs step.c's attention for run-time shapes. Measured at d16 / d32, batch 16:
+ * a run-time head count costs 13% / 6% of the step, a run-time lane count 4% / 2%. */
+#define ATTENTION_SEQ(call, H, L, ...)                                 \
+    do {                                                                \
+        if ((H) == 4 && (L) <= VW)                                      \
+            call(D, 4, __VA_ARGS__, L, VW, scratch);                    \
+        else if ((H) == 4)                                              \
+            call(D, 4, __VA_ARGS__, L, att_lanes(L), scratch);          \
+        else if (D / 8 >= 4 && (H) == 8 && (L) <= VW)                   \
+            call(D, 8, __VA_ARGS__, L, VW, scratch);                    \
+        else if (D / 8 >= 4 && (H) == 8)                                \
+            call(D, 8, __VA_ARGS__, L, att_lanes(L), scratch);          \
+        else                                                            \
+            call##_any(D, H, __VA_ARGS__, L, scratch);                  \
+    } while (0)
+
+static void FN(attention_forward_seq)(int H, const float *qkv, float *o, float *att, int L, float *scratch) {
+    ATTENTION_SEQ(attention_forward, H, L, qkv, o, att);
+}
+
+static void FN(attention_backward_seq)(int H, const float *qkv, const float *att, const float *dout, float *dqkv,
+                                       int L, float *scratch) {
+    ATTENTION_SEQ(attention_backward, H, L, qkv, att, dout, dqkv);
+}
+#undef ATTENTION_SEQ
+
 /* Forward (and backward into `grads` when it is not NULL) of one block of a chunk: the sequences
  * blk->seq0..seq1-1, whose blk->rows live rows are packed from row `data_row` of the row bookkeeping; their
- * activations start at row blk->row0 (a multiple of ROW_PAD). The weight gradients are written, or added to
+ * activations are the first rows of the participant's `a`. The weight gradients are written, or added to
  * grads when `accumulate` (a later block of the chunk). Returns the block's loss sum. */
-static double FN(block_step)(struct emg_session *s, const struct emg_chunk *blk, int data_row, const uint8_t *lengths,
-                             float inv_p, float *grads, int accumulate) {
-    const int P = blk->rows, Pp = (P + ROW_PAD - 1) / ROW_PAD * ROW_PAD, r0 = blk->row0;
+static double FN(block_step)(struct emg_session *s, struct emg_acts *a, const struct emg_chunk *blk, int data_row,
+                             const uint8_t *lengths, float inv_p, float *grads, int accumulate) {
+    const emg_layout *lay = &s->core.layout;
+    const int NL = s->core.shape.n_layers, H = s->core.shape.n_heads, V = s->core.shape.vocab, VP = s->logit_ld;
+    const int P = blk->rows, Pp = round_up(P, ROW_PAD), R = a->rows;
+    const long att_layer = (long)R * H * s->att_lanes;
     const int *row_tok = s->row_tok + data_row, *row_tgt = s->row_tgt + data_row, *row_pos = s->row_pos + data_row;
-    float *x0 = s->x0 + r0 * D, *n1 = s->n1 + r0 * D, *qkv = s->qkv + r0 * 3 * D, *o = s->o + r0 * D;
-    float *x1 = s->x1 + r0 * D, *n2 = s->n2 + r0 * D, *hid = s->hid + r0 * F, *x2 = s->x2 + r0 * D;
-    float *logits = s->logits + r0 * LOGIT_LD, *rr0 = s->r0 + r0, *rr1 = s->r1 + r0, *rr2 = s->r2 + r0;
-    float *att = s->att + r0 * N_HEADS * ATT_ROW;
-    const float *tok_emb = s->core.params, *pos_emb = tok_emb + EMG_OFF_POS_EMB(D);
+    const float *params = s->core.params;
 #ifdef EMG_BF16
-    uint16_t *bfa = (uint16_t *)(s->bf_a + r0 * 2 * D), *bfb = (uint16_t *)(s->bf_b + r0 * 2 * D);
+    uint16_t *bfa = (uint16_t *)a->bf_a, *bfb = (uint16_t *)a->bf_b;
 #endif
+#define ACT(field, l, width) (a->field + (long)(l) * R * (width)) /* layer l's rows of a per-layer activation */
+#define LAYER_W(l, tensor) (params + emg_layer_offset(lay, l) + EMG_LAYER_##tensor(D))
+#define LAYER_G(l, tensor) (grads + emg_layer_offset(lay, l) + EMG_LAYER_##tensor(D))
 
-    /* Embedding and the two norms (norm.h: each in passes over the rows); padding rows are zero all the way
-     * through the step. */
-    for (int p = 0; p < Pp; p++) {
-        float *e = x0 + p * D;
-        if (p < P) {
-            const float *te = tok_emb + row_tok[p] * D, *pe = pos_emb + row_pos[p] * D;
-            for (int i = 0; i < D; i += VW) v_store(e + i, v_add(v_load(te + i), v_load(pe + i)));
-        } else {
-            memset(e, 0, sizeof(float) * D);
+    /* The embedding and its norm, chained with layer 0's first norm: rmsnorm_apply returns the mean squares
+     * of what it writes. Padding rows are zero all the way through the step. */
+    float *x0 = a->x;
+    encoder_forward(D, params + lay->tok_emb, params + lay->pos_emb, row_tok, row_pos, P, Pp, x0, a->r_emb);
+    rmsnorm_scales(a->r_emb, Pp);
+    for (int p = 0; p < Pp; p++) a->r1[p] = rmsnorm_apply(D, x0 + p * D, a->r_emb[p], x0 + p * D);
+    for (int l = 0; l < NL; l++) {
+        float *x = ACT(x, l, D), *n1 = ACT(n1, l, D), *r1 = ACT(r1, l, 1), *qkv = ACT(qkv, l, 3 * D);
+        float *att = a->att + l * att_layer, *o = ACT(o, l, D), *x_mid = ACT(x_mid, l, D), *n2 = ACT(n2, l, D);
+        float *r2 = ACT(r2, l, 1), *hid = ACT(hid, l, F);
+        if (l > 0)
+            for (int p = 0; p < Pp; p++) r1[p] = rmsnorm_mean_sq(D, x + p * D);
+        rmsnorm_scales(r1, Pp);
+        for (int p = 0; p < Pp; p++) (void)rmsnorm_apply(D, x + p * D, r1[p], n1 + p * D);
+        matmul_forward(Pp, 3 * D, D, qkv, n1, LAYER_COPY(wqkv_t, l, 3 * D * D), LAYER_COPY(pk_qkv_t, l, 3 * D * D / 2),
+                       NULL, EPI_NONE);
+        memset(o + P * D, 0, sizeof(float) * (size_t)(Pp - P) * D);
+        long att_off = 0;
+        for (int b = blk->seq0, r = 0; b < blk->seq1; b++) {
+            const int L = lengths[b] - 1;
+            FN(attention_forward_seq)(H, qkv + r * 3 * D, o + r * D, att + att_off, L, a->scratch);
+            r += L;
+            att_off += (long)H * L * att_lanes(L);
         }
-        rr0[p] = mean_sq(D, e);
+        matmul_forward(Pp, D, D, x_mid, o, LAYER_COPY(wo_t, l, D * D), LAYER_COPY(pk_o_t, l, D * D / 2), x, EPI_ADD);
+        rmsnorm_forward(D, x_mid, Pp, r2, n2);
+        matmul_forward(Pp, F, D, hid, n2, LAYER_COPY(wf1_t, l, 4 * D * D), LAYER_COPY(pk_f1_t, l, 2 * D * D), NULL,
+                       EPI_RELU);
+        matmul_forward(Pp, D, F, ACT(x, l + 1, D), hid, LAYER_COPY(wf2_t, l, 4 * D * D),
+                       LAYER_COPY(pk_f2_t, l, 2 * D * D), x_mid, EPI_ADD);
     }
-    rms_scales(rr0, Pp);
-    for (int p = 0; p < Pp; p++) rr1[p] = rms_apply(D, x0 + p * D, rr0[p], x0 + p * D);
-    rms_scales(rr1, Pp);
-    for (int p = 0; p < Pp; p++) (void)rms_apply(D, x0 + p * D, rr1[p], n1 + p * D);
-    NN(Pp, 3 * D, D, n1, D, s->wqkv_t, 3 * D, s->pk_qkv_t, qkv, 3 * D, NULL, 0, EPI_NONE);
-    memset(o + P * D, 0, sizeof(float) * (size_t)(Pp - P) * D);
-    for (int b = blk->seq0, r = 0; b < blk->seq1; r += lengths[b] - 1, b++)
-        attn_fwd(D, N_HEADS, qkv + r * 3 * D, o + r * D, att + r * N_HEADS * ATT_ROW, lengths[b] - 1);
-    NN(Pp, D, D, o, D, s->wo_t, D, s->pk_o_t, x1, D, x0, D, EPI_ADD);
-    for (int p = 0; p < Pp; p++) rr2[p] = mean_sq(D, x1 + p * D);
-    rms_scales(rr2, Pp);
-    for (int p = 0; p < Pp; p++) (void)rms_apply(D, x1 + p * D, rr2[p], n2 + p * D);
-    NN(Pp, F, D, n2, D, s->wf1_t, F, s->pk_f1_t, hid, F, NULL, 0, EPI_RELU);
-    NN(Pp, D, F, hid, F, s->wf2_t, D, s->pk_f2_t, x2, D, x1, D, EPI_ADD);
-    NN(Pp, LOGIT_LD, D, x2, D, s->wlm_t, LOGIT_LD, s->pk_lm_t, logits, LOGIT_LD, NULL, 0, EPI_NONE);
+    const float *x_last = ACT(x, NL, D);
+    float *logits = a->logits;
+    NN_ANY(Pp, VP, D, x_last, D, s->wlm_t, VP, s->pk_lm_t, logits, VP, NULL, 0, EPI_NONE);
 
     /* Cross-entropy; the logits rows become dloss/dlogits = (softmax - onehot) / P_total in place. */
-    const double loss = xent_rows(logits, LOGIT_LD, EMG_VOCAB, row_tgt, P, inv_p);
+    const double loss = crossentropy_forward_backward(logits, VP, V, row_tgt, P, inv_p);
     if (grads == NULL) return loss;
-    memset(logits + P * LOGIT_LD, 0, sizeof(float) * (size_t)(Pp - P) * LOGIT_LD);
-    float *dx2 = s->dx2 + r0 * D, *dhid = s->dhid + r0 * F, *dn2 = s->dn2 + r0 * D, *dx1 = s->dx1 + r0 * D;
-    float *dout = s->dout + r0 * D, *dqkv = s->dqkv + r0 * 3 * D, *dn1 = s->dn1 + r0 * D;
+    memset(logits + P * VP, 0, sizeof(float) * (size_t)(Pp - P) * VP);
+    float *dx = a->dx, *dhid = a->dhid, *dn2 = a->dn2, *dx_mid = a->dx_mid, *dout = a->dout, *dqkv = a->dqkv;
+    float *dn1 = a->dn1;
 
-    const float *wqkv = tok_emb + EMG_OFF_WQ(D), *wo = tok_emb + EMG_OFF_WO(D);
-    const float *wf1 = tok_emb + EMG_OFF_WF1(D), *wf2 = tok_emb + EMG_OFF_WF2(D), *wlm = tok_emb + EMG_OFF_WLM(D);
-#ifdef EMG_BF16
-    (void)wqkv, (void)wo, (void)wf1, (void)wf2, (void)wlm; /* its GEMMs read the packed copies (NN's pk) */
-#endif
-    float *g_tok = grads, *g_pos = grads + EMG_OFF_POS_EMB(D), *g_qkv = grads + EMG_OFF_WQ(D);
-    float *g_wo = grads + EMG_OFF_WO(D), *g_f1 = grads + EMG_OFF_WF1(D), *g_f2 = grads + EMG_OFF_WF2(D);
-    float *g_lm = grads + EMG_OFF_WLM(D);
-
-    /* LM head */
-    NN(Pp, D, EMG_VOCAB, logits, LOGIT_LD, wlm, D, s->pk_lm, dx2, D, NULL, 0, EPI_NONE);
-    TN(EMG_VOCAB, D, P, logits, LOGIT_LD, x2, D, g_lm, D, accumulate);
-    /* FFN */
-    NN(Pp, F, D, dx2, D, wf2, F, s->pk_f2, dhid, F, hid, F, EPI_MASK);
-    TN(D, F, P, dx2, D, hid, F, g_f2, F, accumulate);
-    NN(Pp, D, F, dhid, F, wf1, D, s->pk_f1, dn2, D, NULL, 0, EPI_NONE);
-    TN(F, D, P, dhid, F, n2, D, g_f1, D, accumulate);
-    for (int p = 0; p < Pp; p++) rms_bwd(D, dn2 + p * D, n2 + p * D, rr2[p], dx2 + p * D, dx1 + p * D);
-    /* attention output projection and attention */
-    NN(Pp, D, D, dx1, D, wo, D, s->pk_o, dout, D, NULL, 0, EPI_NONE);
-    TN(D, D, P, dx1, D, o, D, g_wo, D, accumulate);
-    memset(dqkv + P * 3 * D, 0, sizeof(float) * (size_t)(Pp - P) * 3 * D);
-    for (int b = blk->seq0, r = 0; b < blk->seq1; r += lengths[b] - 1, b++)
-        attn_bwd(D, N_HEADS, qkv + r * 3 * D, att + r * N_HEADS * ATT_ROW, dout + r * D, dqkv + r * 3 * D,
-                 lengths[b] - 1);
-    /* Q, K, V projections (one GEMM each way: Wq, Wk, Wv are adjacent in the parameter layout) */
-    NN(Pp, D, 3 * D, dqkv, 3 * D, wqkv, D, s->pk_qkv, dn1, D, NULL, 0, EPI_NONE);
-    TN(3 * D, D, P, dqkv, 3 * D, n1, D, g_qkv, D, accumulate);
-    /* the two norms and the embedding scatter */
-    if (!accumulate) memset(g_tok, 0, sizeof(float) * (EMG_VOCAB + EMG_MAX_SEQ) * D);
+    /* LM head: logits = x[L] Wlm^T, Wlm [V][D] */
+    matmul_backward(Pp, P, V, D, dx, grads + lay->wlm, logits, VP, x_last, params + lay->wlm, s->pk_lm, NULL,
+                    EPI_NONE, accumulate);
+    for (int l = NL - 1; l >= 0; l--) {
+        const float *n1 = ACT(n1, l, D), *r1 = ACT(r1, l, 1), *qkv = ACT(qkv, l, 3 * D), *att = a->att + l * att_layer;
+        const float *o = ACT(o, l, D), *n2 = ACT(n2, l, D), *r2 = ACT(r2, l, 1), *hid = ACT(hid, l, F);
+        /* MLP: x[l + 1] = x_mid + relu(n2 Wf1^T) Wf2^T; dx holds dloss/dx[l + 1] */
+        matmul_backward(Pp, P, D, F, dhid, LAYER_G(l, WF2), dx, D, hid, LAYER_W(l, WF2),
+                        LAYER_COPY(pk_f2, l, 2 * D * D), hid, EPI_MASK, accumulate);
+        matmul_backward(Pp, P, F, D, dn2, LAYER_G(l, WF1), dhid, F, n2, LAYER_W(l, WF1),
+                        LAYER_COPY(pk_f1, l, 2 * D * D), NULL, EPI_NONE, accumulate);
+        for (int p = 0; p < Pp; p++) rmsnorm_backward(D, dn2 + p * D, n2 + p * D, r2[p], dx + p * D, dx_mid + p * D);
+        /* attention: x_mid = x[l] + attention(n1 Wqkv^T) Wo^T */
+        matmul_backward(Pp, P, D, D, dout, LAYER_G(l, WO), dx_mid, D, o, LAYER_W(l, WO), LAYER_COPY(pk_o, l, D * D / 2),
+                        NULL, EPI_NONE, accumulate);
+        memset(dqkv + P * 3 * D, 0, sizeof(float) * (size_t)(Pp - P) * 3 * D);
+        long att_off = 0;
+        for (int b = blk->seq0, r = 0; b < blk->seq1; b++) {
+            const int L = lengths[b] - 1;
+            FN(attention_backward_seq)(H, qkv + r * 3 * D, att + att_off, dout + r * D, dqkv + r * 3 * D, L,
+                                       a->scratch);
+            r += L;
+            att_off += (long)H * L * att_lanes(L);
+        }
+        /* Q, K, V projections (one GEMM each way: Wq, Wk, Wv are adjacent in the parameter layout) */
+        matmul_backward(Pp, P, 3 * D, D, dn1, LAYER_G(l, WQ), dqkv, 3 * D, n1, LAYER_W(l, WQ),
+                        LAYER_COPY(pk_qkv, l, 3 * D * D / 2), NULL, EPI_NONE, accumulate);
+        if (l > 0) /* dloss/dx[l], the next layer down's dloss/dx[l + 1] */
+            for (int p = 0; p < Pp; p++) rmsnorm_backward(D, dn1 + p * D, n1 + p * D, r1[p], dx_mid + p * D, dx + p * D);
+    }
+    /* Layer 0's first norm, the embedding norm and the embedding scatter, row by row. */
+    float *g_tok = grads + lay->tok_emb, *g_pos = grads + lay->pos_emb;
+    if (!accumulate) memset(g_tok, 0, sizeof(float) * (size_t)(lay->layers - lay->tok_emb)); /* tok_emb, pos_emb */
     for (int p = 0; p < P; p++) {
         float dx0[D], de[D];
-        rms_bwd(D, dn1 + p * D, n1 + p * D, rr1[p], dx1 + p * D, dx0);
-        rms_bwd(D, dx0, x0 + p * D, rr0[p], NULL, de);
-        float *gt = g_tok + row_tok[p] * D, *gp = g_pos + row_pos[p] * D;
-        for (int i = 0; i < D; i += VW) {
-            vf d = v_load(de + i);
-            v_store(gt + i, v_add(v_load(gt + i), d));
-            v_store(gp + i, v_add(v_load(gp + i), d));
-        }
+        rmsnorm_backward(D, dn1 + p * D, a->n1 + p * D, a->r1[p], dx_mid + p * D, dx0);
+        rmsnorm_backward(D, dx0, x0 + p * D, a->r_emb[p], NULL, de);
+        encoder_backward(D, de, g_tok + row_tok[p] * D, g_pos + row_pos[p] * D);
     }
     return loss;
+#undef ACT
+#undef LAYER_W
+#undef LAYER_G
 }
 
 /* A chunk's sequences in blocks of at most BLOCK_ROWS live rows (one whole sequence at least), each block's
- * activations reusing the chunk's first rows: a big batch then works in a cache-sized region instead of
+ * activations reusing the participant's rows: a big batch then works in a cache-sized region instead of
  * streaming every activation of the batch through each operation (batch 256 was ~15% slower per sample than
  * batch 64 at d64/d128). Blocks add their weight gradients to the first block's; the loss sum goes to *total. */
-static void FN(chunk_step)(struct emg_session *s, const struct emg_chunk *c, const uint8_t *lengths, float inv_p,
-                           double *total, float *grads) {
+static void FN(chunk_step)(struct emg_session *s, struct emg_acts *a, const struct emg_chunk *c,
+                           const uint8_t *lengths, float inv_p, double *total, float *grads) {
     double sum = 0.0;
     for (int b = c->seq0, done = 0; b < c->seq1;) {
         struct emg_chunk blk = {.seq0 = b, .row0 = c->row0, .rows = lengths[b] - 1};
         for (b++; b < c->seq1 && blk.rows + lengths[b] - 1 <= BLOCK_ROWS; b++) blk.rows += lengths[b] - 1;
         blk.seq1 = b;
-        sum += FN(block_step)(s, &blk, c->row0 + done, lengths, inv_p, grads, done > 0);
+        sum += FN(block_step)(s, a, &blk, c->row0 + done, lengths, inv_p, grads, done > 0);
         done += blk.rows;
     }
     *total = sum;
@@ -182,7 +254,8 @@ static void FN(step_part)(void *ctx, int tid, int n) {
     const struct emg_chunk *c = &s->chunks[tid];
     float *grads = emg_x86_chunk_grads(s, tid, job->grads);
     job->totals[tid] = 0.0;
-    if (c->seq1 > c->seq0) FN(chunk_step)(s, c, job->lengths, job->inv_p, &job->totals[tid], grads);
+    if (c->seq1 > c->seq0)
+        FN(chunk_step)(s, emg_x86_acts(s, tid), c, job->lengths, job->inv_p, &job->totals[tid], grads);
     if (job->grads == NULL) return;
     if (emg_x86_reduce(job, tid, n) && job->train) FN(sync_part)(s, tid, n);
 }
@@ -212,11 +285,14 @@ static int FN(train_step)(struct emg_session *s, int batch, const uint8_t *token
     return emg_x86_verdict(&job);
 }
 
-static const struct emg_kernel FN(kernel) = {D_MODEL, N_HEADS, FN(loss_and_grad), FN(train_step),
-                                             FN(sync_transposed)};
+static const struct emg_kernel FN(kernel) = {D_MODEL, FN(loss_and_grad), FN(train_step), FN(sync_transposed)};
 
 #undef D
 #undef F
 #undef FN
 #undef NN
+#undef NN_ANY
 #undef TN
+#undef LAYER_COPY
+#undef matmul_forward
+#undef matmul_backward

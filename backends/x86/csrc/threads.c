@@ -13,11 +13,20 @@ struct emg_pool *emg_x86_pool(const struct emg_session *s) { return s->threads ?
 
 int emg_x86_threads(const struct emg_session *s) { return s->threads ? s->threads->n : 1; }
 
+struct emg_acts *emg_x86_acts(struct emg_session *s, int tid) { return tid == 0 ? &s->acts : &s->threads->acts[tid - 1]; }
+
+static void threads_free(struct emg_threads *t) {
+    emg_pool_destroy(t->pool);
+    if (t->acts)
+        for (int i = 0; i < t->n - 1; i++) emg_x86_acts_free(&t->acts[i]);
+    free(t->acts);
+    free(t->grads);
+    free(t);
+}
+
 void emg_x86_threads_free(struct emg_session *s) {
     if (s->threads == NULL) return;
-    emg_pool_destroy(s->threads->pool);
-    free(s->threads->grads);
-    free(s->threads);
+    threads_free(s->threads);
     s->threads = NULL;
 }
 
@@ -30,10 +39,12 @@ int emg_x86_set_threads(struct emg_session *s, int n) {
     if (t == NULL) return EMG_ERR_NOMEM;
     t->n = n;
     t->grads = aligned_alloc(64, sizeof(float) * (size_t)(n - 1) * (size_t)s->core.layout.n_params);
-    t->pool = t->grads ? emg_pool_create(n) : NULL;
+    t->acts = calloc((size_t)(n - 1), sizeof *t->acts);
+    int ok = t->grads != NULL && t->acts != NULL;
+    for (int i = 0; ok && i < n - 1; i++) ok = emg_x86_acts_alloc(s, &t->acts[i]) == EMG_OK;
+    t->pool = ok ? emg_pool_create(n) : NULL;
     if (t->pool == NULL) {
-        free(t->grads);
-        free(t);
+        threads_free(t);
         return EMG_ERR_NOMEM;
     }
     s->threads = t;
@@ -65,7 +76,7 @@ int emg_x86_pack(struct emg_session *s, int batch, const uint8_t *tokens, const 
         c->rows = 0;
         while (t < chunks && b < batch
                && (t == chunks - 1 || c->rows == 0 || 2L * (done + c->rows) + lengths[b] - 1 <= target2)) {
-            const uint8_t *tk = tokens + (long)b * EMG_MAX_SEQ;
+            const uint8_t *tk = tokens + (long)b * emg_seq_len(&s->core.shape);
             for (int i = 0; i + 1 < lengths[b]; i++) {
                 const int r = row + c->rows++;
                 s->row_tok[r] = tk[i];

@@ -18,11 +18,15 @@ struct emg_chunk {
     int seq0, seq1, row0, rows;
 };
 
-/* The pool and the gradient buffers of participants 1..n-1 (participant 0 writes the caller's buffer). */
+struct emg_acts;
+
+/* The pool, and the gradient buffers and activations of participants 1..n-1 (participant 0 writes the
+ * caller's gradient buffer and uses the session's activations). */
 struct emg_threads {
     struct emg_pool *pool;
     int n;
     float *grads;
+    struct emg_acts *acts; /* n - 1 */
 };
 
 /* What every participant of one step reads, and what it leaves behind. */

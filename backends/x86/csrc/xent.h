@@ -1,8 +1,8 @@
 /* Softmax cross-entropy over the packed logit rows, one row per vector lane: VW rows are transposed in
- * registers so that each of the VOCAB classes is one vector across the rows; max, exp and sum are then
+ * registers so that each of the vocabulary's classes is one vector across the rows; max, exp and sum are then
  * element-wise across those vectors, with no horizontal reduction, scalar log or division per row (the
  * per-row version was ~8% of the d16 step). The log-partitions are summed as the log of their product:
- * every sum of exp(logit - max) lies in [1, VOCAB], their product is kept in double with its binary
+ * every sum of exp(logit - max) lies in [1, vocab], their product is kept in double with its binary
  * exponent split off, and one log at the end gives the sum of their logs. */
 #ifndef EMG_X86_XENT_H
 #define EMG_X86_XENT_H
@@ -11,11 +11,14 @@
 
 #include "expf.h"
 
-#define XENT_MAX_LD 32 /* widest logit row (LOGIT_LD) */
+#include "eemicrogpt.h"
 
-/* For rows p < P of logits (row stride ld, classes 0..n-1, columns n..ld-1 written as 0; ld a multiple of VW, <= XENT_MAX_LD): the row becomes
- * (softmax - onehot(tgt[p])) * scale. Returns the sum over rows of log(sum exp(logit)) - logit[tgt[p]]. */
-AI double xent_rows(float *logits, const int ld, const int n, const int *tgt, const int P, const float scale) {
+#define XENT_MAX_LD EMG_MAX_VOCAB /* widest logit row: the padded vocabulary */
+
+/* For rows p < P of logits (row stride ld, classes 0..n-1, columns n..ld-1 written as 0; ld a multiple of VW,
+ * <= XENT_MAX_LD): the row becomes (softmax - onehot(tgt[p])) * scale, the gradient of the loss. Returns the
+ * sum over rows of log(sum exp(logit)) - logit[tgt[p]]. */
+AI double crossentropy_forward_backward(float *logits, const int ld, const int n, const int *tgt, const int P, const float scale) {
     float cols[XENT_MAX_LD * VW] __attribute__((aligned(64))); /* cols[c * VW + i]: class c of row p0 + i */
     double shifted = 0.0, prod = 1.0;                  /* sum of (max - target logit); product of the sums */
     int exponent = 0;
@@ -55,7 +58,7 @@ AI double xent_rows(float *logits, const int ld, const int n, const int *tgt, co
         double block_prod = 1.0;
         for (int i = 0; i < live; i++) {
             shifted += (double)m_s[i] - (double)t_s[i];
-            block_prod *= (double)s_s[i]; /* <= VOCAB^VW: no overflow */
+            block_prod *= (double)s_s[i]; /* <= 256^VW: no overflow */
         }
         int e;
         prod = frexp(prod * block_prod, &e);

@@ -12,6 +12,9 @@ from eemicrogpt_core.native import MAX_BATCH, library_supports, native_session_f
 from .libs import extras, library_path
 from .probe import VARIANTS, probe
 
+# In words for `eemicrogpt backends`; the authority is the library's emg_supports (csrc/session.c).
+ENVELOPE = "d_model 16-256 in steps of 16, any heads with head_dim >= 4, 1-8 layers, vocab 2-256, context 1-64"
+
 _DESCRIPTIONS = {
     "avx512": "native C, AVX-512 (16-float zmm register tiles)",
     "avx2": "native C, AVX2 + FMA (8-float ymm register tiles)",
@@ -51,6 +54,7 @@ def eemicrogpt_backends() -> Iterator[BackendSpec]:
             max_batch=MAX_BATCH,
             precision=VARIANTS[name].precision,
             extra={"distribution": "eemicrogpt-backend-x86", "isa": name},
+            envelope=ENVELOPE,
         )
 
 

@@ -1,6 +1,6 @@
 """Test helpers: the float64 reference of the step (the core's eemicrogpt_core.reference), batches, errors.
 
-Used by the x86 tests to check gradients before and beside the shared numpy_ref oracle.
+Used by the x86 tests to check gradients at shapes and batch sizes beyond the conformance kit's.
 """
 
 from __future__ import annotations
@@ -10,31 +10,35 @@ from typing import NamedTuple
 import numpy as np
 
 from eemicrogpt_core import reference
-from eemicrogpt_core.model import MAX_SEQ, VOCAB, ModelShape, init_params
+from eemicrogpt_core.model import ModelShape, init_params
 
 
 class Reference(NamedTuple):
     loss: float
     grads: np.ndarray
-    # Smallest |ReLU input|: float32 and float64 may land on opposite sides of a kink closer than ~1e-6,
-    # which legitimately changes the gradient; tests pick inputs whose margin is well above that.
+    # Smallest |ReLU input| over every layer: float32 and float64 may land on opposite sides of a kink closer
+    # than ~1e-6, which legitimately changes the gradient; tests pick inputs whose margin is well above that.
     relu_margin: float
 
 
 def loss_and_grads(shape: ModelShape, params: np.ndarray, tokens: np.ndarray, lengths: np.ndarray) -> Reference:
     """Mean cross-entropy over live positions and its gradient, both in float64."""
     loss, grads, cache = reference.loss_and_grads(shape, params, tokens, lengths, np.float64)
-    return Reference(loss, grads, float(np.abs(cache["pre"]).min()))
+    margin = min(float(np.abs(layer["pre"]).min()) for layer in cache["layers"])
+    return Reference(loss, grads, margin)
 
 
-def random_batch(rng: np.random.Generator, batch: int) -> tuple[np.ndarray, np.ndarray]:
-    """Name-like sequences: BOUNDARY, letters, BOUNDARY, then arbitrary in-vocabulary padding."""
-    tokens = rng.integers(0, VOCAB, size=(batch, MAX_SEQ), dtype=np.uint8)
-    lengths = rng.integers(2, MAX_SEQ + 1, size=batch).astype(np.uint8)
+def random_batch(rng: np.random.Generator, shape: ModelShape, batch: int) -> tuple[np.ndarray, np.ndarray]:
+    """Name-like sequences of the shape's vocabulary: boundary, symbols, boundary, then arbitrary in-vocabulary
+    padding; the first row is a full context (the longest attention), the rest have random lengths."""
+    seq, boundary = shape.seq_len, shape.boundary
+    tokens = rng.integers(0, shape.vocab, size=(batch, seq), dtype=np.uint8)
+    lengths = rng.integers(2, seq + 1, size=batch).astype(np.uint8)
+    lengths[0] = seq
     for b, n in enumerate(lengths):
-        tokens[b, 0] = VOCAB - 1
-        tokens[b, 1 : n - 1] = rng.integers(0, VOCAB - 1, size=n - 2)
-        tokens[b, n - 1] = VOCAB - 1
+        tokens[b, 0] = boundary
+        tokens[b, 1 : n - 1] = rng.integers(0, boundary, size=n - 2)
+        tokens[b, n - 1] = boundary
     return tokens, lengths
 
 
@@ -56,8 +60,8 @@ def clear_inputs(shape: ModelShape, batch: int) -> ClearInputs:
     error), with their float64 loss and gradient."""
     for seed in range(20):
         params = init_params(shape, seed) * np.float32(1.5)
-        tokens, lengths = random_batch(np.random.default_rng(seed), batch)
+        tokens, lengths = random_batch(np.random.default_rng(seed), shape, batch)
         ref = loss_and_grads(shape, params, tokens, lengths)
         if ref.relu_margin > 1e-6:
             return ClearInputs(params, tokens, lengths, ref.loss, ref.grads)
-    raise AssertionError(f"no inputs clear of the ReLU kink for {shape} batch {batch}")
+    raise AssertionError(f"no inputs clear of the ReLU kink for {shape.describe()} batch {batch}")

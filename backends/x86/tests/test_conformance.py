@@ -1,12 +1,10 @@
 """The shared conformance kit, run on both x86 variants (and on 8-head shapes for avx512), on one thread and
-on thread pools, all at the kit's fp32 tolerances.
+on thread pools, all at the kit's fp32 tolerances, with the kit's shape matrix (vocabularies, contexts, depths
+and widths) on every class that runs the seed widths, plus x86 corners on one thread.
 
 The kit opens sessions through open_session, whose default thread count is the physical cores; each class
 pins that default. One thread is the single-threaded arithmetic; with 2 or 3 threads the weight gradients
-are summed chunk by chunk (another valid float32 order). Measured here with the real names file
-($EEMICROGPT_DATA): d16, d64 and d128 stay within 7.2e-7 of numpy float32 over 200 steps on 1, 2 and 3
-threads; d32 drifts 1.27e-2 near step 145 (a ReLU flip) on 1 and 2 threads alike, and so does the library
-built from the commit before the threads work: that failure predates this change (the kit's trajectory check).
+are summed chunk by chunk (another valid float32 order), which the kit's fp32 bounds cover.
 """
 
 from __future__ import annotations
@@ -16,7 +14,11 @@ from typing import ClassVar
 import pytest
 
 import eemicrogpt_core.threads
-from eemicrogpt_core.testing import BackendConformance
+from eemicrogpt_core.testing import DEFAULT_SHAPE_MATRIX, BackendConformance
+
+# Beyond the kit's matrix: the widest width with the largest vocabulary and context, a run-time head count
+# (3 heads, head_dim 16), 4 layers at context 32 and width 96.
+X86_MATRIX = (*DEFAULT_SHAPE_MATRIX, (256, 8, 1, 256, 64), (48, 3, 2, 64, 17), (96, 4, 4, 27, 32))
 
 
 class _Threads(BackendConformance):
@@ -34,12 +36,14 @@ class _Threads(BackendConformance):
 class TestAvx512Conformance(_Threads):
     backend_name = "avx512"
     d_models = (16, 32, 64, 128)
+    shape_matrix = X86_MATRIX
 
 
 class TestAvx512EightHeads(_Threads):
     backend_name = "avx512"
     d_models = (32, 64, 128)
     trajectory_steps = 50
+    shape_matrix = ()  # the matrix runs in TestAvx512Conformance
 
     def heads_for(self, d_model: int) -> int:
         return 8
@@ -48,6 +52,7 @@ class TestAvx512EightHeads(_Threads):
 class TestAvx2Conformance(_Threads):
     backend_name = "avx2"
     d_models = (16, 32, 64, 128)
+    shape_matrix = X86_MATRIX
 
 
 class TestAvx512TwoThreads(_Threads):

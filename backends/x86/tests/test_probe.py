@@ -84,8 +84,11 @@ def test_specs_ask_the_library_for_shapes(name: str) -> None:
         "avx512": "fp32", "avx2": "fp32", "avx512_bf16": "bf16"}
     for spec in (specs[name],):
         assert spec.d_models is None and spec.n_heads is None and spec.max_batch == 256
-        assert spec.unsupported_reason(ModelShape(48, 4), 16) == f"{name} has no kernel for d_model 48 with 4 heads"
+        unsupported = ModelShape(24, 6)  # a width without a compiled step
+        assert spec.unsupported_reason(unsupported, 16) == f"{name} has no kernel for {unsupported.describe()}"
         assert spec.unsupported_reason(ModelShape(128, 8), 256) is None
+        assert spec.unsupported_reason(ModelShape(96, 3, 4, 200, 64), 256) is None
+        assert spec.envelope.startswith("d_model 16-256")
         assert spec.unsupported_reason(ModelShape(16, 4), 257) is not None
 
 
