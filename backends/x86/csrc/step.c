@@ -18,13 +18,14 @@
 
 /* Attention with the width and head count as run-time values: one copy for every head count that step_impl.h
  * does not compile as a constant. */
-static __attribute__((noinline, noclone)) void attention_forward_any(int D, int H, const float *qkv, float *o, float *att,
-                                                            int L, float *scratch) {
+#define NOT_INLINED static __attribute__((noinline, noclone))
+
+NOT_INLINED void attention_forward_any(int D, int H, const float *qkv, float *o, float *att, int L, float *scratch) {
     attention_forward(D, H, qkv, o, att, L, att_lanes(L), scratch);
 }
 
-static __attribute__((noinline, noclone)) void attention_backward_any(int D, int H, const float *qkv, const float *att,
-                                                             const float *dout, float *dqkv, int L, float *scratch) {
+NOT_INLINED void attention_backward_any(int D, int H, const float *qkv, const float *att, const float *dout,
+                                        float *dqkv, int L, float *scratch) {
     attention_backward(D, H, qkv, att, dout, dqkv, L, att_lanes(L), scratch);
 }
 

@@ -212,7 +212,8 @@ static double FN(block_step)(struct emg_session *s, struct emg_acts *a, const st
         matmul_backward(Pp, P, 3 * D, D, dn1, LAYER_G(l, WQ), dqkv, 3 * D, n1, LAYER_W(l, WQ),
                         LAYER_COPY(pk_qkv, l, 3 * D * D / 2), NULL, EPI_NONE, accumulate);
         if (l > 0) /* dloss/dx[l], the next layer down's dloss/dx[l + 1] */
-            for (int p = 0; p < Pp; p++) rmsnorm_backward(D, dn1 + p * D, n1 + p * D, r1[p], dx_mid + p * D, dx + p * D);
+            for (int p = 0; p < Pp; p++)
+                rmsnorm_backward(D, dn1 + p * D, n1 + p * D, r1[p], dx_mid + p * D, dx + p * D);
     }
     /* Layer 0's first norm, the embedding norm and the embedding scatter, row by row. */
     float *g_tok = grads + lay->tok_emb, *g_pos = grads + lay->pos_emb;

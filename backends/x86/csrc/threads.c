@@ -13,7 +13,9 @@ struct emg_pool *emg_x86_pool(const struct emg_session *s) { return s->threads ?
 
 int emg_x86_threads(const struct emg_session *s) { return s->threads ? s->threads->n : 1; }
 
-struct emg_acts *emg_x86_acts(struct emg_session *s, int tid) { return tid == 0 ? &s->acts : &s->threads->acts[tid - 1]; }
+struct emg_acts *emg_x86_acts(struct emg_session *s, int tid) {
+    return tid == 0 ? &s->acts : &s->threads->acts[tid - 1];
+}
 
 static void threads_free(struct emg_threads *t) {
     emg_pool_destroy(t->pool);

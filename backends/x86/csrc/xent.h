@@ -18,7 +18,8 @@
 /* For rows p < P of logits (row stride ld, classes 0..n-1, columns n..ld-1 written as 0; ld a multiple of VW,
  * <= XENT_MAX_LD): the row becomes (softmax - onehot(tgt[p])) * scale, the gradient of the loss. Returns the
  * sum over rows of log(sum exp(logit)) - logit[tgt[p]]. */
-AI double crossentropy_forward_backward(float *logits, const int ld, const int n, const int *tgt, const int P, const float scale) {
+AI double crossentropy_forward_backward(float *logits, const int ld, const int n, const int *tgt, const int P,
+                                       const float scale) {
     float cols[XENT_MAX_LD * VW] __attribute__((aligned(64))); /* cols[c * VW + i]: class c of row p0 + i */
     double shifted = 0.0, prod = 1.0;                  /* sum of (max - target logit); product of the sums */
     int exponent = 0;

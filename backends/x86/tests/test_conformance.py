@@ -16,9 +16,12 @@ import pytest
 import eemicrogpt_core.threads
 from eemicrogpt_core.testing import DEFAULT_SHAPE_MATRIX, BackendConformance
 
-# Beyond the kit's matrix: the widest width with the largest vocabulary and context, a run-time head count
-# (3 heads, head_dim 16), 4 layers at context 32 and width 96.
-X86_MATRIX = (*DEFAULT_SHAPE_MATRIX, (256, 8, 1, 256, 64), (48, 3, 2, 64, 17), (96, 4, 4, 27, 32))
+# Beyond the kit's matrix: the widest width with the largest vocabulary (16 heads: a run-time head count),
+# 4 layers at context 32 with 6 heads, 3 layers at width 80. Shapes whose 5-step window two correct float32
+# implementations do not reproduce within the kit's bound are left out: numpy_ref float32 against float64
+# measured 1.5e-3 at (256, 8, 1, 256, 64), 4.9e-3 at (96, 4, 4, 27, 32), 7.5e-3 at (256, 4, 2, 200, 64)
+# (bound 5e-4; x86 lands as far off), against <= 8.6e-6 for the three below.
+X86_MATRIX = (*DEFAULT_SHAPE_MATRIX, (256, 16, 1, 256, 16), (96, 6, 4, 27, 32), (80, 4, 3, 100, 32))
 
 
 class _Threads(BackendConformance):
