@@ -26,9 +26,9 @@ from .data import encode, read_names, split
 from .datafile import resolve_data_path
 from .errors import CheckpointError, ConfigError, EemicrogptError, describe_os_error
 from .limits import check_memory
-from .model import NAMES_VOCAB, ModelShape
+from .model import DEFAULT_CONTEXT, NAMES_VOCAB, ModelShape
 from .paths import user_path
-from .precision import PRECISIONS
+from .precision import FP32, PRECISIONS
 from .progress import RichReporter
 from .registry import BackendRegistry, load_registry, peak_gflops
 from .rundir import RunDir
@@ -127,6 +127,12 @@ def _summary(result: TrainResult, cfg: TrainConfig, console: Console) -> None:
         f"(mean of last 100), val loss {val}; {result.us_per_step:.1f} us/step, {result.steps_per_s:,.0f} steps/s",
         highlight=False,
     )
+    c = result.contention
+    if c is not None and c.contended:
+        loads = ", ".join(f"{x:.1f}" for x in (c.load_start, c.load_end) if x is not None)
+        console.print(f"note: the machine was busy during this time-budget run ({c.slowdown:.2f}x the fastest "
+                      f"warm-up step, load average {loads or 'unknown'} on {c.cpus} CPUs): its step count is "
+                      "not a quiet machine's", highlight=False)
     names = generate(result.state.params, result.shape, result.vocab, n=10, temperature=0.5, seed=cfg.seed)
     console.print("samples: " + ", ".join(names), highlight=False)
     if result.run_dir is not None:
@@ -300,6 +306,21 @@ def sample_cmd(
     print(f"wrote {len(names)} names to {target}")
 
 
+@app.command("export")
+def export_cmd(
+    run_dir: Annotated[Path, typer.Argument(help="a run directory written by `eemicrogpt train`")],
+    out: Annotated[Path, typer.Option(help="the new file to write (never overwritten)")],
+    format: Annotated[str, typer.Option(help="safetensors (tensors by name, shape/config/vocabulary in the "
+                                        "metadata) or torch (a state dict for eemicrogpt_core.torch_model)")]
+    = "safetensors",
+) -> None:
+    """Write a run's weights for use elsewhere."""
+    from eemicrogpt.api import load
+
+    path = load(run_dir).export(out, format)
+    print(f"wrote {path} ({format})")
+
+
 def backends_report(registry: BackendRegistry) -> dict[str, Any]:
     default = TrainConfig()
     auto = registry.auto_choice(default.model_shape(NAMES_VOCAB), default.batch)
@@ -368,8 +389,11 @@ def _pct(value: float | None) -> str:
 
 
 def _speed_table(title: str, rows: list[bench.BenchRow]) -> Table:
+    if rows:
+        r0 = rows[0]
+        title += f" ({r0.n_layers} layer{'s' if r0.n_layers > 1 else ''}, vocab {r0.vocab}, context {r0.context})"
     table = Table("backend", "threads", "precision", "d_model", "heads", "batch", "us/step", "us/sample", "steps/s",
-                  "GFLOP/s", "% peak", "live pos", title=title)
+                  "GFLOP/s", "% peak", "live pos", "us/live pos", title=title)
     for r in rows:
         if r.error is not None:
             table.add_row(r.backend, str(r.threads), r.precision, str(r.d_model), str(r.n_heads), str(r.batch),
@@ -378,7 +402,7 @@ def _speed_table(title: str, rows: list[bench.BenchRow]) -> Table:
         table.add_row(r.backend, str(r.threads), r.precision, str(r.d_model), str(r.n_heads), str(r.batch),
                       f"{r.us_per_step:,.1f}",
                       f"{r.us_per_sample:,.2f}", f"{r.steps_per_s:,.0f}", f"{r.gflops:.2f}", _pct(r.pct_peak),
-                      f"{r.live_positions:.0f}")
+                      f"{r.live_positions:.0f}", f"{r.us_per_live_position:.2f}")
     return table
 
 
@@ -404,16 +428,21 @@ def bench_cmd(
              "cores available)")] = None,
     precision: Annotated[str | None, typer.Option(help="only backends computing in this precision: fp32, bf16 or "
                                                   "fp16 (default: every available one)")] = None,
+    n_layers: Annotated[int, typer.Option(help="layers of the benchmarked model")] = 1,
+    vocab: Annotated[int | None, typer.Option(help="vocabulary size (default: the names file's 27; another "
+                                              "size or --context runs on synthetic names)")] = None,
+    context: Annotated[int | None, typer.Option(help="predictions per name (default 16)")] = None,
 ) -> None:
     """Median us/step, us/sample, steps/s, GFLOP/s and % of FP32 peak (of the cores used) per backend and size."""
     sizes = tuple(d_model) if d_model else bench.SIZES
+    form = bench.Form(n_layers, vocab or NAMES_VOCAB, context or DEFAULT_CONTEXT)
     for d in sizes:
         if d > MAX_D_MODEL:
             raise ConfigError(f"--d-model {d}: must be <= {MAX_D_MODEL}")
         try:
-            ModelShape(d, bench.heads_for(d))
+            form.shape(d)
         except ValueError as e:
-            raise ConfigError(f"--d-model {d}: {e}") from None
+            raise ConfigError(f"--d-model {d} with --n-layers/--vocab/--context: {e}") from None
     if not 1 <= repeats <= MAX_BENCH_REPEATS:
         raise ConfigError(f"--repeats must be in 1..{MAX_BENCH_REPEATS}, got {repeats}")
     for flag, value, bound in (("--seconds", seconds, MAX_BENCH_SECONDS), ("--loss-at", loss_at, MAX_BENCH_SECONDS),
@@ -431,30 +460,39 @@ def bench_cmd(
     data_path = resolve_data_path(data, None)
     base = TrainConfig(data=str(data_path))
     names = read_names(data_path)
-    vocab = Vocabulary.from_names(names.names)
-    parts = split(encode(names.names, vocab, base.context)[0], base.val_fraction, base.seed)
-    train_set = parts.train
-    measured = None if peak_gflops_ else peak_gflops(registry)  # the user's figure wins over any plugin's
-    peak = peak_gflops_ or (measured.gflops if measured else None)
-    peak_source = "--peak-gflops" if peak_gflops_ else (f"measured by {measured.source}" if measured else None)
+    vocab_table = Vocabulary.from_names(names.names)
+    parts = split(encode(names.names, vocab_table, base.context)[0], base.val_fraction, base.seed)
+    train_set = parts.train if form.uses_names else bench.synthetic_data(form)
+    # Each backend is compared with the peak of the precision it computes in; the user's FP32 figure wins.
+    peaks: dict[str, float] = {}
+    peak_sources: dict[str, str] = {}
+    for prec in dict.fromkeys(bench.precision_of(e) for e in entries):
+        if prec == FP32 and peak_gflops_:
+            peaks[prec], peak_sources[prec] = peak_gflops_, "--peak-gflops"
+            continue
+        measured = peak_gflops(registry, precision=prec)
+        if measured is not None:
+            peaks[prec], peak_sources[prec] = measured.gflops, f"measured by {measured.source}"
     console = _wide_console(stderr=as_json)
     console.print(f"timing {', '.join(e.name for e in entries)} at d_model {', '.join(map(str, sizes))} ...")
-    timing = {"peak": peak, "repeats": repeats, "target_s": seconds}
-    rows, notes = bench.measure(bench.speed_cells(entries, sizes, threads=thread_counts), train_set, **timing)
+    timing = {"peaks": peaks, "repeats": repeats, "target_s": seconds}
+    rows, notes = bench.measure(bench.speed_cells(entries, sizes, threads=thread_counts), train_set, form=form,
+                                **timing)
     scaling: list[bench.BenchRow] = []
     losses: list[bench.LossRow] = []
     best = bench.best_backend(registry, backend, sizes, precision) if (batch_scaling or loss_at) else None
     if batch_scaling and best is not None:
         console.print(f"batch scaling on {best.name} ...")
-        scaling, more = bench.measure(bench.scaling_cells(best, sizes, threads=thread_counts), train_set, **timing)
+        scaling, more = bench.measure(bench.scaling_cells(best, sizes, threads=thread_counts), train_set, form=form,
+                                      **timing)
         notes += more
     if loss_at is not None and best is not None:
         console.print(f"loss within {loss_at:g} s on {best.name} ...")
-        prepared = PreparedData(parts.train, parts.validation, 0, 0, vocab)
+        prepared = PreparedData(parts.train, parts.validation, 0, 0, vocab_table)
         losses = bench.loss_at(registry, best, sizes, prepared, str(data_path), loss_at, thread_counts[-1])
     if as_json:
         payload = bench.as_json(speed=rows, batch_scaling=scaling, loss_at=losses, notes=notes,
-                                peak_gflops=peak, peak_source=peak_source, flops_formula=bench.__doc__)
+                                peak_gflops=peaks, peak_source=peak_sources, flops_formula=bench.__doc__)
         print(json.dumps(payload, indent=2))
         _exit_if_failed([*rows, *scaling, *losses], console)
         return
@@ -472,8 +510,14 @@ def bench_cmd(
             table.add_row(r.backend, str(r.d_model), f"{r.lr:g}", f"{r.steps:,}", f"{r.us_per_step:,.1f}",
                           f"{r.train_loss:.4f}", val)
         console.print(table)
-    console.print(f"FP32 peak: {peak:.1f} GFLOP/s per core ({peak_source}); % peak is of threads x this" if peak else
-                  "FP32 peak: unknown (no plugin measures it here; pass --peak-gflops to get % of peak)")
+    for prec in dict.fromkeys(r.precision for r in rows):
+        if prec in peaks:
+            console.print(f"{prec} peak: {peaks[prec]:.1f} GFLOP/s per core ({peak_sources[prec]}); % peak of a "
+                          f"{prec} backend is of threads x this", highlight=False)
+        else:
+            hint = "; pass --peak-gflops" if prec == FP32 else ""
+            console.print(f"{prec} peak: unknown (no plugin measures it here{hint}): no % of peak for {prec} rows",
+                          highlight=False)
     for note in notes:
         console.print(note, highlight=False)
     _exit_if_failed([*rows, *scaling, *losses], console)

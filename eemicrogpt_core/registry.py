@@ -18,6 +18,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from importlib import metadata
+from typing import Any
 
 import pluggy
 
@@ -374,30 +375,37 @@ class Peak:
     source: str  # who measured it
 
 
-def peak_gflops(registry: BackendRegistry, seconds: float = 0.3) -> Peak | None:
-    """This core's FP32 FMA peak, measured by the plugin of the best backend here, or None.
+def _call_peak_hook(registry: BackendRegistry, hook_name: str, plugin: str, args: dict[str, Any]) -> float | None:
+    assert registry.plugin_manager is not None
+    impls = [impl for impl in getattr(registry.plugin_manager.hook, hook_name).get_hookimpls()
+             if impl.plugin_name == plugin]
+    if not impls:
+        return None
+    impl = impls[0]
+    outcome = plugin_guard.call(lambda: impl.function(*(args[a] for a in impl.argnames)))
+    if outcome.error is not None or outcome.value is None or plugin_guard.peak_value_problem(outcome.value):
+        return None
+    return float(outcome.value)
 
-    Only one plugin is asked: the one providing the highest-scoring available backend (the backend that
-    runs this host's ISA best, hence the one whose microbenchmark knows it). Another plugin implementing the
-    hook is ignored, so installing a plugin cannot change the "% of peak" of the others; the answer must be
-    a finite positive number, and the call has the plugin deadline.
+
+def peak_gflops(registry: BackendRegistry, seconds: float = 0.3, precision: str = FP32) -> Peak | None:
+    """This core's peak in `precision` (FP32: FMA), measured by the plugin of the best backend of that
+    precision here, or None.
+
+    Only one plugin is asked: the one providing the highest-scoring available backend of that precision (the
+    backend that runs this host's ISA best, hence the one whose microbenchmark knows it). Another plugin
+    implementing the hook is ignored, so installing a plugin cannot change the "% of peak" of the others; the
+    answer must be a finite positive number, and the call has the plugin deadline.
     """
     if registry.plugin_manager is None:
         return None
     candidates = [e for e in registry.available() if e.score > 0 and not e.ambiguous and e.spec
-                  and e.spec.precision == FP32]  # an fp32 backend's plugin knows the FP32 FMA peak
+                  and e.spec.precision == precision]
     best = max(candidates, key=lambda e: (e.score, e.name), default=None)
     if best is None:
         return None
-    impls = [
-        impl for impl in registry.plugin_manager.hook.eemicrogpt_fp32_peak_gflops.get_hookimpls()
-        if impl.plugin_name == best.plugin
-    ]
-    if not impls:
-        return None
-    impl = impls[0]
-    args = {"seconds": seconds}
-    outcome = plugin_guard.call(lambda: impl.function(*(args[a] for a in impl.argnames)))
-    if outcome.error is not None or outcome.value is None or plugin_guard.peak_value_problem(outcome.value):
-        return None
-    return Peak(float(outcome.value), f"{best.distribution} (plugin of {best.name})")
+    value = _call_peak_hook(registry, "eemicrogpt_peak_gflops", best.plugin,
+                            {"precision": precision, "seconds": seconds})
+    if value is None and precision == FP32:
+        value = _call_peak_hook(registry, "eemicrogpt_fp32_peak_gflops", best.plugin, {"seconds": seconds})
+    return None if value is None else Peak(value, f"{best.distribution} (plugin of {best.name})")

@@ -20,8 +20,9 @@ import numpy as np
 from .backend import TrainState
 from .checkpoint import Checkpoint, save_checkpoint, software_versions
 from .config import MAX_STEPS, TrainConfig
+from .contention import Contention, cpus_available, load_average
 from .data import BatchSampler, Dataset, encode, fixed_batches, read_names, split
-from .errors import EemicrogptError, NonFiniteError, StorageError, describe_os_error
+from .errors import ConfigError, EemicrogptError, NonFiniteError, StorageError, describe_os_error
 from .interrupt import deferred_stop, signal_name
 from .model import ModelShape, init_params
 from .optim import lr_schedule
@@ -111,6 +112,7 @@ class TrainResult:
     run_dir: Path | None = None
     records: list[dict[str, Any]] = field(default_factory=list)
     stop_signal: int | None = None  # the signal that stopped the run, if one did
+    contention: Contention | None = None  # time-budget runs: how busy the machine was
 
     @property
     def steps_run(self) -> int:
@@ -155,8 +157,9 @@ def evaluate(session: Any, batches: list[tuple[np.ndarray, np.ndarray]]) -> floa
     return float(np.mean([session.loss_and_grads(t, ln, want_grads=False)[0] for t, ln in batches]))
 
 
-def estimate_steps(session: Any, data: Dataset, cfg: TrainConfig, budget: float) -> int:
-    """Steps that fit in `budget` seconds, from a timed warm-up on throwaway batches; state is restored.
+def estimate_steps(session: Any, data: Dataset, cfg: TrainConfig, budget: float) -> tuple[int, float]:
+    """Steps that fit in `budget` seconds, from a timed warm-up on throwaway batches, and the fastest warm-up
+    chunk's seconds per step (the calibration contention.py compares the run with); state is restored.
 
     The per-step time is the median over several warm-up chunks, so one chunk slowed by a busy machine
     does not skew the estimate; the first chunk (cold caches, lazy set-up) is not counted.
@@ -178,15 +181,18 @@ def estimate_steps(session: Any, data: Dataset, cfg: TrainConfig, budget: float)
             break
         n = min(2 * n, 1000)
     session.set_state(saved)
-    return min(MAX_STEPS, max(1, int(budget / statistics.median(per_step))))  # the cap every run shares
+    steps = min(MAX_STEPS, max(1, int(budget / statistics.median(per_step))))  # the cap every run shares
+    return steps, min(per_step)
 
 
 class _Run:
     """One invocation of the loop: the session, the sampler and the bookkeeping the steps share."""
 
     def __init__(self, cfg: TrainConfig, entry: BackendEntry, session: Any, data: PreparedData, shape: ModelShape,
-                 run_dir: RunDir | None, resume: Checkpoint | None) -> None:
+                 run_dir: RunDir | None, resume: Checkpoint | None, extend_to: int | None = None) -> None:
         self.cfg, self.entry, self.session, self.run_dir = cfg, entry, session, run_dir
+        self.load_start: float | None = None
+        self.calibration_s: float | None = None  # set for a fresh time-budget run
         self.shape, self.vocab = shape, data.vocab
         self.data_sha256 = data.data_sha256
         self.sampler = BatchSampler(data.train, cfg.batch, cfg.seed)
@@ -196,11 +202,14 @@ class _Run:
             session.set_state(resume.state)
             self.sampler.set_state(resume.sampler_state)
             self.recent.extend(resume.recent_losses)
-            self.total = resume.total_steps
+            self.total = resume.total_steps if extend_to is None else extend_to
         else:
             session.set_state(TrainState.fresh(init_params(shape, cfg.seed)))
             budget = cfg.time_budget
-            self.total = cfg.steps if budget is None else estimate_steps(session, data.train, cfg, budget)
+            self.total = cfg.steps
+            if budget is not None:
+                self.load_start = load_average()
+                self.total, self.calibration_s = estimate_steps(session, data.train, cfg, budget)
         start = session.get_state()
         self.step = int(start.step)
         self.good = _Snapshot(start, self.sampler.get_state())
@@ -211,6 +220,11 @@ class _Run:
         self.val_loss: float | None = None
         self.last_lr = float("nan")
         self.chunk_limit = min(8, cfg.chunk_steps)  # grows to cfg.chunk_steps once the step time is known
+        # elapsed_s continues across resumes: it starts from the last record this run kept before now.
+        earlier = run_dir.read_metrics() if run_dir is not None and resume is not None else []
+        self.elapsed_before = max((float(r.get("elapsed_s", 0.0)) for r in earlier
+                                   if r["step"] <= self.step and isinstance(r.get("elapsed_s"), (int, float))),
+                                  default=0.0)
         self.started = time.perf_counter()
 
     @property
@@ -292,7 +306,7 @@ class _Run:
             "train_loss": self.train_loss,
             "val_loss": self.val_loss,
             "lr": self.last_lr,
-            "elapsed_s": round(time.perf_counter() - self.started, 4),
+            "elapsed_s": round(self.elapsed_before + time.perf_counter() - self.started, 4),
             "us_per_step": round(1e6 * self.seconds / done, 3),
         }
         self.records.append(record)
@@ -320,6 +334,14 @@ class _Run:
         self.saved_step = int(state.step)
         return "checkpoint saved"
 
+    def contention(self) -> Contention | None:
+        """For a time-budget run: how busy the machine was around it."""
+        done = sum(c.size for c in self.chunks)
+        if self.calibration_s is None or not done:
+            return None
+        return Contention(self.load_start, load_average(), 1e6 * self.calibration_s, 1e6 * self.seconds / done,
+                          cpus_available())
+
     def result(self, interrupted: bool, stop_signal: int | None = None) -> TrainResult:
         return TrainResult(
             backend=self.entry.name,
@@ -335,6 +357,7 @@ class _Run:
             run_dir=self.run_dir.path if self.run_dir else None,
             records=self.records,
             stop_signal=stop_signal,
+            contention=self.contention(),
         )
 
 
@@ -346,13 +369,24 @@ def train(
     resume: Checkpoint | None = None,
     reporter: Reporter | None = None,
     data: PreparedData | None = None,
+    extend_to: int | None = None,
 ) -> TrainResult:
     """Train cfg (backend and data already resolved) and return the result; Ctrl-C saves and returns.
 
     The first Ctrl-C stops at the next chunk boundary; a KeyboardInterrupt between chunks (a second Ctrl-C,
     or one raised by a reporter) also saves, while one inside a backend call keeps the last checkpoint,
     because the state in the middle of a chunk matches no step.
+
+    extend_to (with resume): train on to this many steps in all, also past a finished run's end. The linear
+    decay is then re-spanned over the new total: step s after the checkpoint uses lr (1 - (s - 1) / extend_to),
+    as if the run had been planned that long; the steps already run keep the rates they had.
     """
+    if extend_to is not None:
+        if resume is None:
+            raise EemicrogptError("extend_to needs a run to resume (internal)")
+        if not int(resume.state.step) < extend_to <= MAX_STEPS:
+            raise ConfigError(f"--steps {extend_to:,} must be more than the {int(resume.state.step):,} steps this "
+                              f"run has done (and at most {MAX_STEPS:,})")
     reporter = reporter or NullReporter()
     data = data or prepare_data(cfg, resume.vocab if resume is not None else None)
     shape = cfg.model_shape(data.vocab.size)
@@ -360,7 +394,7 @@ def train(
     auto = cfg.backend in ("", "auto")
     backend_note = (registry.fallback_note(entry, shape, cfg.batch, cfg.dtype) if auto else None) or ""
     with open_session(entry, shape, cfg.batch, cfg.dtype, cfg.threads) as session:
-        run = _Run(cfg, entry, session, data, shape, run_dir, resume)
+        run = _Run(cfg, entry, session, data, shape, run_dir, resume, extend_to)
         if run_dir is not None:
             run_dir.write_config(cfg)
             run_dir.keep_metrics_until(run.step)

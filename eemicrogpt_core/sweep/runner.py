@@ -112,6 +112,8 @@ def run_one(task: dict[str, Any], registry: BackendRegistry) -> dict[str, Any]:
             backend=result.backend,
             resumed_from=int(resume.state.step) if resume else 0,
         )
+        if result.contention is not None:
+            record.update(result.contention.as_record())
     except EemicrogptError as e:
         record.update(status=FAILED, error=one_line(e))
     except Exception as e:  # a bug or a backend fault in one run must not take the sweep down
