@@ -18,9 +18,10 @@ identical counts.
 Each address is mapped to its function and instruction with llvm-objdump-19 and to its DWARF inline chain
 with llvm-symbolizer-19 (the lane builds with -g, which does not change clang's code). Phases (columns sum to
 the total): an instruction belongs to the outermost function with a role among its call sites, outermost
-first, and then its own inline chain: forward (`forward`, `seq_forward`), backward (`backward`,
-`seq_backward`), weight operands (`refresh_weight_operands`, `sync_transposed`: transposed copies re-synced
-after Adam), Adam (`adam`, `emg_adam_update`); none: other (step loop, batch packing, finiteness checks). So
+first, and then its own inline chain: forward (`forward`, `seq_forward`, `pack_forward`), backward
+(`backward`, `seq_backward`, `pack_backward`), weight operands (`refresh_weight_operands`, `sync_transposed`:
+derived weight copies re-synced after Adam), Adam (`adam`, `emg_adam_update`, `adam_update`); none: other
+(step loop, batch packing, finiteness checks). So
 the GEMMs, helpers and libc/libm code that forward calls count as forward, even when inlined or shared.
 Streaming kernels (the part of each phase in parentheses; "glue" is the rest, libc/libm included) are the
 `__arm_streaming` functions of sme2_gemm.c, the `sme_gemm*` locally-streaming entry points and the SME ABI
@@ -29,9 +30,14 @@ operands, scalar FP included), loads/stores (integer and FP/SIMD, not SVE), scal
 The script checks that phases, kinds and functions each add up to the total.
 
 Needs the aarch64 lane's cache (run `bash tools/a64lane/run.sh` once; $A64_LANE_DIR as for the lane).
+Shapes: each d_model of --d-models at each vocab:context:n_layers of --shapes (default the seed's 27:16:1
+and 64:32:2), 4 heads. The driver's batches are name-like: random symbols between boundary tokens, row
+lengths spread over a quarter to three quarters of the context (2..10 letters at context 16).
+
 Usage (from the repository root; prints progress on stderr and the README's Markdown table on stdout):
   python benchmarks/a64_insn_count.py                      # every built backend at d64 and d128
-  python benchmarks/a64_insn_count.py --backends sme2_f32 --d-models 64 --functions --check
+  python benchmarks/a64_insn_count.py --backends sme2_f32 --d-models 64 --shapes 27:16:1 --functions --check
+  A64_LANE_ONLY=neon python benchmarks/a64_insn_count.py --backends neon   # build only neon (lib.sh)
 """
 
 from __future__ import annotations
@@ -67,15 +73,16 @@ BACKENDS = {
     "sme2_f16w": ("eemicrogpt_backend_sme2_f16", "_emg_sme2_f16w"),
 }
 DEFAULT_BACKENDS = ("neon", "sme2_f32", "sme2_f16")
+DEFAULT_SHAPES = "27:16:1,64:32:2"  # vocab:context:n_layers: the seed's names model, and a larger one
 OTHER = "other"
 PHASES = ("forward", "backward", "weight operands", "Adam", OTHER)
 KINDS = ("SME/SVE", "Neon/FP", "ld/st", "scalar")
 _STREAMING_SYMBOL = re.compile(r"^__arm_|^sme_gemm")
 _ROLE_OF_FUNCTION = [  # matched against call sites and inline chains, outermost first
-    (re.compile(r"^(?:seq_)?forward$"), "forward"),
-    (re.compile(r"^(?:seq_)?backward$"), "backward"),
+    (re.compile(r"^(?:seq_|pack_)?forward$"), "forward"),
+    (re.compile(r"^(?:seq_|pack_)?backward$"), "backward"),
     (re.compile(r"^refresh_weight_operands$|^sync_transposed$"), "weight operands"),
-    (re.compile(r"^adam$|^emg_adam_update$"), "Adam"),
+    (re.compile(r"^adam$|^(?:emg_)?adam_update$"), "Adam"),
 ]
 _FP_SIMD_REG = re.compile(r"\b(?:v\d+|q\d+|d\d+|s\d+|h\d+|b\d+)\b")
 
@@ -233,12 +240,28 @@ def role(chain: list[str]) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class Shape:
+    """The model shape of one count (N_HEADS heads)."""
+    d_model: int
+    vocab: int
+    context: int
+    n_layers: int
+
+    @property
+    def label(self) -> str:
+        return f"d{self.d_model} V{self.vocab} C{self.context} L{self.n_layers}"
+
+    def driver_args(self) -> list[str]:
+        return [str(v) for v in (self.d_model, N_HEADS, self.n_layers, self.vocab, self.context)]
+
+
 @dataclass
 class Cell:
-    """One backend at one size, per step: instructions by phase (and the streaming kernels' part of each
+    """One backend at one shape, per step: instructions by phase (and the streaming kernels' part of each
     phase), by kind, and by function."""
     backend: str
-    d_model: int
+    shape: Shape
     phases: Counter = field(default_factory=Counter)
     streaming: Counter = field(default_factory=Counter)
     kinds: Counter = field(default_factory=Counter)
@@ -257,21 +280,21 @@ class Cell:
         """Phases, kinds and functions are partitions of the same instructions: all sum to the total."""
         for what, parts in (("phases", self.phases), ("functions", self.functions)):
             if abs(sum(parts.values()) - self.total) > 1e-6 * max(self.total, 1):
-                raise CountError(f"{self.backend} d{self.d_model}: {what} sum to {sum(parts.values())}, "
+                raise CountError(f"{self.backend} {self.shape.label}: {what} sum to {sum(parts.values())}, "
                                  f"kinds to {self.total}")
         if any(self.streaming[p] > self.phases[p] for p in self.streaming):
-            raise CountError(f"{self.backend} d{self.d_model}: a phase has more streaming than all instructions")
+            raise CountError(f"{self.backend} {self.shape.label}: a phase has more streaming than all instructions")
         if set(self.phases) - set(PHASES) or set(self.kinds) - set(KINDS):
-            raise CountError(f"{self.backend} d{self.d_model}: unknown phase or kind")
+            raise CountError(f"{self.backend} {self.shape.label}: unknown phase or kind")
 
 
-def aggregate(backend: str, d_model: int, steps_counts: dict[tuple, float], library: str,
+def aggregate(backend: str, shape: Shape, steps_counts: dict[tuple, float], library: str,
               decoded: dict[str, dict[int, tuple[str, objcheck.Insn]]], chains: dict[int, list[str]],
               streaming: set[str]) -> Cell:
     """Each instruction's phase is the outermost role among its call sites in the library (outermost first)
     and then its own inline chain; none: "other" (step loop, batch packing, checks). So the GEMMs, helpers and
     libc/libm code that forward calls count as forward; streaming is decided by the instruction's function."""
-    cell = Cell(backend, d_model)
+    cell = Cell(backend, shape)
 
     def chain_at(path: str, address: int) -> list[str]:
         if path != library:
@@ -311,12 +334,14 @@ def fmt(n: float) -> str:
 def markdown_table(cells: Iterable[Cell]) -> str:
     """Phase cells read "all (streaming kernels)": a phase's instructions including the GEMMs it calls."""
     columns = ["total", "glue", "streaming kernels", *PHASES, *KINDS]
-    lines = ["| backend | d | " + " | ".join(columns) + " |", "|" + " --- |" * (2 + len(columns))]
+    lines = ["| backend | d | V | C | L | " + " | ".join(columns) + " |", "|" + " --- |" * (5 + len(columns))]
     for c in cells:
         values = [fmt(c.total), fmt(c.glue), fmt(sum(c.streaming.values()))]
         values += [fmt(c.phases[p]) + (f" ({fmt(c.streaming[p])})" if c.streaming[p] else "") for p in PHASES]
         values += [fmt(c.kinds[k]) for k in KINDS]
-        lines.append(f"| {c.backend} | {c.d_model} | " + " | ".join(values) + " |")
+        sh = c.shape
+        lines.append(f"| {c.backend} | {sh.d_model} | {sh.vocab} | {sh.context} | {sh.n_layers} | " + " | ".join(values)
+                     + " |")
     return "\n".join(lines)
 
 
@@ -391,9 +416,9 @@ def progress(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def count_cell(lane: Lane, cpu: str, driver: Path, backend: str, library: Path, d_model: int, batch: int,
+def count_cell(lane: Lane, cpu: str, driver: Path, backend: str, library: Path, shape: Shape, batch: int,
                steps: tuple[int, int], streaming: set[str], check: bool) -> Cell:
-    argv = [str(driver), str(library), str(d_model), str(N_HEADS), str(batch)]
+    argv = [str(driver), str(library), *shape.driver_args(), str(batch)]
     # One fixed filter over the whole region where the loader maps shared objects: a filter built from the
     # reported mappings would itself move libc and libm (QEMU's set-up depends on it). Counts are keyed by
     # (file, ELF address) with each run's own load bases.
@@ -404,21 +429,21 @@ def count_cell(lane: Lane, cpu: str, driver: Path, backend: str, library: Path, 
             started = time.monotonic()
             stdout, counts = run_driver(lane, cpu, [*argv, str(n)], per_insn)
             runs.append(locate(counts, mappings(stdout)))
-            progress(f"  {backend} d{d_model}, {n} step(s){' one insn per block' if per_insn else ''}: "
+            progress(f"  {backend} {shape.label}, {n} step(s){' one insn per block' if per_insn else ''}: "
                      f"{sum(runs[-1].values()) / 1e6:.2f}M instructions in the filtered files, "
                      f"{time.monotonic() - started:.0f} s")
         located[per_insn] = per_step(*runs, steps)
     if check and located[False] != located[True]:
         differ = sorted(k for k in located[False].keys() | located[True].keys()
                         if located[False].get(k) != located[True].get(k))
-        raise CountError(f"{backend} d{d_model}: per-block and per-instruction counts differ at {len(differ)} "
+        raise CountError(f"{backend} {shape.label}: per-block and per-instruction counts differ at {len(differ)} "
                          f"addresses, first {Path(differ[0][0]).name}+{differ[0][1]:#x}")
     counts = located[False]
     lib = str(library.resolve())
     decoded = {path: address_map(Path(path)) for path in {p for _, p, _ in counts}}
     sites = {site for calls, _, _ in counts for site in calls} | {(p, a) for _, p, a in counts}
     chains = inline_chains(library, {a for p, a in sites if p == lib})
-    cell = aggregate(backend, d_model, counts, lib, decoded, chains, streaming)
+    cell = aggregate(backend, shape, counts, lib, decoded, chains, streaming)
     if cell.nested:
         progress(f"  note: {fmt(cell.nested)} instructions have a role (forward, backward, ...) other than their "
                  "callers' and count in the callers' phase")
@@ -436,6 +461,8 @@ def main() -> int:
     parser.add_argument("--backends", help=f"comma-separated, of {', '.join(BACKENDS)} (default: "
                         f"{', '.join(DEFAULT_BACKENDS)} and any other that this checkout builds)")
     parser.add_argument("--d-models", default="64,128")
+    parser.add_argument("--shapes", default=DEFAULT_SHAPES,
+                        help=f"comma-separated vocab:context:n_layers, each at every d_model ({DEFAULT_SHAPES})")
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--cpu", default=APPLE_PROFILE, help=f"QEMU_CPU (default Apple M4/M5: {APPLE_PROFILE})")
     parser.add_argument("--steps", default="1,2", help="the two step counts subtracted (S1,S2; default 1,2)")
@@ -447,8 +474,9 @@ def main() -> int:
     try:
         steps = tuple(int(s) for s in args.steps.split(","))
         d_models = [int(d) for d in args.d_models.split(",")]
-    except ValueError:
-        parser.error("--steps and --d-models take comma-separated integers")
+        shapes = [Shape(d, *(int(v) for v in spec.split(":", 2))) for d in d_models for spec in args.shapes.split(",")]
+    except (ValueError, TypeError):
+        parser.error("--steps and --d-models take comma-separated integers, --shapes vocab:context:n_layers items")
     if len(steps) != 2 or not 0 <= steps[0] < steps[1]:
         parser.error("--steps takes two step counts S1 < S2")
     wanted = args.backends.split(",") if args.backends else list(BACKENDS)
@@ -473,17 +501,17 @@ def main() -> int:
                          f"{site / BACKENDS[backend][0]} (not built by this checkout)")
         for backend in (b for b, lib in libraries.items() if lib is None):
             progress(f"{backend}: not built by this checkout, left out")
-        todo = [(b, lib, d) for b, lib in libraries.items() if lib is not None for d in d_models]
+        todo = [(b, lib, sh) for b, lib in libraries.items() if lib is not None for sh in shapes]
         try:
-            for i, (backend, library, d) in enumerate(todo, 1):
-                progress(f"[{i}/{len(todo)}] {backend} d{d} ({time.monotonic() - started:.0f} s so far)")
-                cells.append(count_cell(lane, args.cpu, driver, backend, library, d, args.batch, steps, streaming,
+            for i, (backend, library, sh) in enumerate(todo, 1):
+                progress(f"[{i}/{len(todo)}] {backend} {sh.label} ({time.monotonic() - started:.0f} s so far)")
+                cells.append(count_cell(lane, args.cpu, driver, backend, library, sh, args.batch, steps, streaming,
                                         args.check))
         except CountError as e:
             sys.exit(f"a64_insn_count: {e}")
     if args.functions:
         for cell in cells:
-            print(f"\n{cell.backend} d{cell.d_model}: per function (symbol > outermost inlined) [phase], per step")
+            print(f"\n{cell.backend} {cell.shape.label}: per function (symbol > outermost inlined) [phase], per step")
             for function, n in cell.functions.most_common(30):
                 print(f"  {fmt(n):>8}  {function}")
     print(f"\nInstructions per training step (batch {args.batch}, {N_HEADS} heads, QEMU_CPU={args.cpu}, "

@@ -2,7 +2,7 @@
  * Driver for benchmarks/a64_insn_count.py: loads one backend library with dlopen and runs training steps
  * on synthetic name-like batches, with no Python in the process, so QEMU's instruction log holds only the
  * library's work (plus the libc/libm code it calls). Prints the mappings first (QEMU's -dfilter ranges).
- * Usage: a64_insn_driver <library.so> <d_model> <n_heads> <batch> <steps>
+ * Usage: a64_insn_driver <library.so> <d_model> <n_heads> <n_layers> <vocab> <context> <batch> <steps>
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -14,7 +14,7 @@
 
 #include "eemicrogpt.h"
 
-typedef int (*create_fn)(int, int, int, emg_session **);
+typedef int (*create_fn)(const emg_shape *, int, emg_session **);
 typedef int (*train_fn)(emg_session *, int, int, const uint8_t *, const uint8_t *, const float *, float *);
 
 static void *need(void *lib, const char *name) {
@@ -94,8 +94,9 @@ static void print_mappings(const char *path) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 6) {
-        fprintf(stderr, "usage: %s <library.so> <d_model> <n_heads> <batch> <steps>\n", argv[0]);
+    if (argc != 9) {
+        fprintf(stderr, "usage: %s <library.so> <d_model> <n_heads> <n_layers> <vocab> <context> <batch> <steps>\n",
+                argv[0]);
         return 2;
     }
     void *lib = dlopen(argv[1], RTLD_NOW);
@@ -104,23 +105,31 @@ int main(int argc, char **argv) {
         return 2;
     }
     print_mappings(argv[1]);
-    const int d = atoi(argv[2]), h = atoi(argv[3]), batch = atoi(argv[4]), steps = atoi(argv[5]);
+    const emg_shape shape = {atoi(argv[2]), atoi(argv[3]), atoi(argv[4]), atoi(argv[5]), atoi(argv[6])};
+    const int batch = atoi(argv[7]), steps = atoi(argv[8]);
     create_fn create = (create_fn)need(lib, "emg_create");
     train_fn train = (train_fn)need(lib, "emg_train_steps");
     emg_session *s = NULL;
-    int status = create(d, h, batch, &s);
+    int status = create(&shape, batch, &s);
     if (status) {
-        fprintf(stderr, "a64_insn_driver: emg_create(%d, %d, %d) = %d\n", d, h, batch, status);
+        fprintf(stderr, "a64_insn_driver: emg_create(d_model %d, n_heads %d, n_layers %d, vocab %d, context %d, "
+                "max_batch %d) = %d\n", shape.d_model, shape.n_heads, shape.n_layers, shape.vocab, shape.context,
+                batch, status);
         return 2;
     }
-    uint8_t *tokens = calloc((size_t)batch * EMG_MAX_SEQ, 1), *lengths = calloc((size_t)batch, 1);
+    /* Name-like rows: random symbols between boundary tokens (the last token), lengths spread over
+     * [C/4, 3C/4] + 1 tokens for context C. At context 16 that is 2..10 letters, like names.txt. */
+    const int seq = shape.context + 1, boundary = shape.vocab - 1;
+    const int shortest = shape.context / 4 > 2 ? shape.context / 4 : 2, spread = shape.context / 2 + 1;
+    uint8_t *tokens = calloc((size_t)batch * seq, 1), *lengths = calloc((size_t)batch, 1);
     unsigned seed = 12345;
-    for (int b = 0; b < batch; b++) { /* names of 2..10 letters between boundary tokens, like names.txt */
-        const int len = 4 + (b * 5) % 9;
+    for (int b = 0; b < batch; b++) {
+        const int len = shortest + (b * 5) % spread;
         lengths[b] = (uint8_t)len;
-        for (int t = 0; t < EMG_MAX_SEQ; t++) {
+        for (int t = 0; t < seq; t++) {
             seed = seed * 1103515245u + 12345u;
-            tokens[b * EMG_MAX_SEQ + t] = (t == 0 || t >= len - 1) ? EMG_BOUNDARY : (uint8_t)((seed >> 16) % 26);
+            const int symbol = (int)((seed >> 16) % (unsigned)boundary);
+            tokens[b * seq + t] = (uint8_t)((t == 0 || t >= len - 1) ? boundary : symbol);
         }
     }
     const float lr = 1e-2f;

@@ -754,7 +754,12 @@ class BackendConformance:
         n = self.matrix_window_steps
         tokens, lengths = synthetic_batches(matrix_shape, n, self.matrix_batch, self.seed + 1)
         lrs = np.full(n, self.matrix_lr, np.float32)
-        start = TrainState.fresh(init_params(matrix_shape, self.seed))
+        # With Adam history, as the per-d_model windows after step 0: from zero moments the first update is
+        # lr * sign(g), so a gradient that two correct fp32 implementations round differently (a ReLU input
+        # within rounding of 0 flips one mask element) moves the parameters by visibly different amounts
+        # (measured, neon at d64h4L2V256C64: loss 5.2e-4 and parameter change 2.2e-2 relative RMS from the
+        # float64 reference when fresh; 4.8e-7 and 1.4e-4 from this state).
+        start = _state_of(init_params(matrix_shape, self.seed), self.seed + 1, step=10)
 
         def reference() -> tuple[np.ndarray, TrainState]:
             with _session(_reference_entry(self.extra_plugins), matrix_shape, self.matrix_batch, "float64") as ref:
@@ -767,7 +772,7 @@ class BackendConformance:
             session.set_state(start)
             got_losses = session.train_steps(tokens, lengths, lrs)
             got_state = session.get_state()
-        assert got_state.step == n
+        assert got_state.step == start.step + n
         worst = float(np.max(np.abs(got_losses.astype(np.float64) - want_losses)))
         assert worst <= self.tol("trajectory_window"), f"losses differ by up to {worst:.2e}"
         moved_got = got_state.params.astype(np.float64) - start.params

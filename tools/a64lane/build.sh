@@ -8,6 +8,7 @@ set -euo pipefail
 # shellcheck source=tools/a64lane/lib.sh
 source "$(dirname "$0")/lib.sh"
 : "${SITE:?SITE must name the site dir of this run}"
+check_lane_only
 
 src=$SITE.build
 rm -rf "$src"

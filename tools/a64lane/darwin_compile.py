@@ -82,6 +82,12 @@ def libraries(repo: Path, tmp: Path) -> list[Library]:
     neon_setup = load_module("neon_setup", backends / "neon" / "setup.py")
     exts = [*neon_setup.extensions()]
     exts += [sme2_setup.sme2_extension(f"_emg_{name}", name) for name in sme2_setup.VARIANTS]
+    # A64_LANE_ONLY (lib.sh): neon's library when neon is named, the SME2 libraries (one shared source tree,
+    # sme2_common) when any sme2 directory is.
+    only = {name for name in os.environ.get("A64_LANE_ONLY", "").split(",") if name}
+    if only:
+        exts = [ext for ext in exts
+                if (ext.backend in only if ext.backend == "neon" else any(n.startswith("sme2") for n in only))]
     out = []
     for ext in exts:
         base = backends / ext.backend if ext.backend == "neon" else backends / "sme2_common"

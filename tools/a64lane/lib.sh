@@ -27,14 +27,25 @@ elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", b - a }'; }
 
 # The ARM backends the lane handles: Python packages (pyproject.toml or setup.py) in backends/*/ holding a
 # an a64lane.conf. Other directories (shared sources, arm_common) are used by the packages' setup.py.
+# A64_LANE_ONLY (a comma list of those directory names, e.g. `neon`) restricts the build, Darwin and test
+# stages to them; unset or empty means all.
 lane_backends() {
   local dir
   for dir in "$REPO"/backends/*/; do
     dir=${dir%/}
     [[ -f "$dir/pyproject.toml" || -f "$dir/setup.py" ]] || continue
-    [[ -f "$dir/a64lane.conf" ]] && echo "$dir"
+    [[ -f "$dir/a64lane.conf" ]] || continue
+    [[ -z "${A64_LANE_ONLY:-}" || ",$A64_LANE_ONLY," == *",$(basename "$dir"),"* ]] && echo "$dir"
   done
   return 0
+}
+
+# Every name in A64_LANE_ONLY must be a lane backend (a typo would silently test nothing).
+check_lane_only() {
+  local name
+  for name in ${A64_LANE_ONLY//,/ }; do
+    [[ -f "$REPO/backends/$name/a64lane.conf" ]] || die "A64_LANE_ONLY: backends/$name has no a64lane.conf"
+  done
 }
 
 # The Python package directory name of a backend: the one holding plugin.py.

@@ -6,6 +6,7 @@ set -euo pipefail
 # shellcheck source=tools/a64lane/lib.sh
 source "$(dirname "$0")/lib.sh"
 
+check_lane_only
 mkdir -p "$L"
 T0=$(now)
 stage() { # stage TITLE SCRIPT: run one stage script and print its wall time

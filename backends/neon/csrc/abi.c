@@ -1,5 +1,5 @@
-/* The neon backend's hooks for the shared session layer (emg_backend.h): the table of specialised step
- * kernels, their buffers, and Adam. The layer adds every exported emg_* function and its checks. */
+/* The neon backend's hooks for the shared session layer (emg_backend.h): the table of width-specialised
+ * kernels, the activation arena, and Adam. The layer adds every exported emg_* function and its checks. */
 #define _POSIX_C_SOURCE 200112L /* posix_memalign under -std=c11 */
 #include <stdlib.h>
 #include <string.h>
@@ -7,50 +7,84 @@
 #include "session.h"
 
 static const emg_kernel *const KERNELS[] = {
-    &emg_kernel_d16h4, &emg_kernel_d32h4, &emg_kernel_d64h4, &emg_kernel_d128h4, &emg_kernel_d128h8,
+    &emg_kernel_d16,  &emg_kernel_d32,  &emg_kernel_d48,  &emg_kernel_d64,  &emg_kernel_d80,  &emg_kernel_d96,
+    &emg_kernel_d112, &emg_kernel_d128, &emg_kernel_d144, &emg_kernel_d160, &emg_kernel_d176, &emg_kernel_d192,
+    &emg_kernel_d208, &emg_kernel_d224, &emg_kernel_d240, &emg_kernel_d256,
 };
 
-static const emg_kernel *find_kernel(int d_model, int n_heads) {
+static const emg_kernel *find_kernel(int d_model) {
     for (size_t i = 0; i < sizeof KERNELS / sizeof KERNELS[0]; i++)
-        if (KERNELS[i]->d_model == d_model && KERNELS[i]->n_heads == n_heads) return KERNELS[i];
+        if (KERNELS[i]->d_model == d_model) return KERNELS[i];
     return NULL;
 }
 
-static int supports(int d_model, int n_heads) { return find_kernel(d_model, n_heads) != NULL; }
+/* Any vocabulary, context and depth the ABI allows. Attention works on whole vectors of a head, so head_dim
+ * must be a multiple of 4. */
+static int supports(const emg_shape *shape) {
+    return find_kernel(shape->d_model) != NULL && (shape->d_model / shape->n_heads) % 4 == 0;
+}
 
-static void *alloc_floats(size_t n) {
-    void *p = NULL;
-    size_t bytes = n > 0 ? n * sizeof(float) : 64;
-    if (posix_memalign(&p, 64, bytes) != 0) return NULL;
-    memset(p, 0, bytes);
-    return p;
+/* Carves the arena into the buffers of neon_acts (sizes in session.h); with base NULL it only counts. */
+static size_t layout_acts(neon_acts *a, float *base, const emg_shape *shape) {
+    const size_t d = (size_t)shape->d_model, rows = PACK_ROWS;
+    const size_t cp = ROUND4((size_t)shape->context), vp = ROUND4((size_t)shape->vocab);
+    size_t used = 0;
+    /* Every buffer starts on a 64-byte line (sizes rounded up to 16 floats). */
+#define TAKE(field, n)                                     \
+    do {                                                   \
+        (field) = base ? base + used : NULL;               \
+        used += ((size_t)(n) + 15) / 16 * 16;              \
+    } while (0)
+    for (int l = 0; l <= shape->n_layers; l++) {
+        neon_layer_acts *la = &a->layer[l];
+        TAKE(la->x, rows * d);
+        if (l == shape->n_layers) break;
+        TAKE(la->h1, rows * d);
+        TAKE(la->r1, rows);
+        TAKE(la->qkv, rows * 3 * d);
+        TAKE(la->probs, (size_t)shape->n_heads * rows * cp);
+        TAKE(la->att, rows * d);
+        TAKE(la->xm, rows * d);
+        TAKE(la->h2, rows * d);
+        TAKE(la->r2, rows);
+        TAKE(la->hidden, rows * 4 * d);
+    }
+    TAKE(a->r0, rows);
+    TAKE(a->logits, rows * vp);
+    TAKE(a->dx, rows * d);
+    TAKE(a->dh, rows * d);
+    TAKE(a->datt, rows * d);
+    TAKE(a->dqkv, rows * 3 * d);
+    TAKE(a->dpre, rows * 4 * d);
+    TAKE(a->dscores, rows * cp);
+#undef TAKE
+    return used;
 }
 
 static int init(emg_session *s) {
-    const long d = s->core.d_model;
-    s->kernel = find_kernel(s->core.d_model, s->core.n_heads);
-    s->wt = alloc_floats((size_t)(12 * d * d));
-    s->work = alloc_floats(s->kernel->work_bytes / sizeof(float) + 1);
-    return s->wt && s->work ? EMG_OK : EMG_ERR_NOMEM;
+    s->kernel = find_kernel(s->core.shape.d_model);
+    const size_t n = layout_acts(&s->acts, NULL, &s->core.shape);
+    void *p = NULL;
+    if (posix_memalign(&p, 64, n * sizeof(float)) != 0) return EMG_ERR_NOMEM;
+    memset(p, 0, n * sizeof(float));
+    s->arena = p;
+    layout_acts(&s->acts, s->arena, &s->core.shape);
+    return EMG_OK;
 }
 
-static void release(emg_session *s) {
-    free(s->wt);
-    free(s->work);
-}
+static void release(emg_session *s) { free(s->arena); }
 
-static void params_changed(emg_session *s) { s->kernel->sync_transposed(s); }
+/* The kernels read the parameters directly (no derived copies to rebuild). */
+static void params_changed(emg_session *s) { (void)s; }
 
-/* The kernels always produce the gradient: sequence-at-a-time backward is the cheap half of the step. */
 static float loss_and_grad(emg_session *s, int batch, const uint8_t *tokens, const uint8_t *lengths,
                            int want_grads) {
-    (void)want_grads;
-    return s->kernel->loss_grad(s, batch, tokens, lengths);
+    return s->kernel->loss_grad(s, batch, tokens, lengths, want_grads);
 }
 
 static void adam(emg_session *s, float lr) {
     emg_core *c = &s->core;
-    emg_adam_update(c->params, c->grads, c->adam_m, c->adam_v, c->layout.n_params, c->step, lr);
+    adam_update(c->params, c->grads, c->adam_m, c->adam_v, c->layout.n_params, c->step, lr);
 }
 
 /* Designated: the optional hooks (train_step, set_threads) stay NULL, and later hooks need no edit. */

@@ -4,7 +4,7 @@
 
 #include "session.h"
 
-void emg_adam_update(float *params, const float *grads, float *m, float *v, long n, int64_t step, float lr) {
+void adam_update(float *params, const float *grads, float *m, float *v, long n, int64_t step, float lr) {
     /* Bias corrections in double, as the core's optim.py computes them, then rounded once. */
     const float bc1 = (float)(1.0 - pow((double)EMG_ADAM_BETA1, (double)step));
     const float bc2 = (float)(1.0 - pow((double)EMG_ADAM_BETA2, (double)step));
@@ -23,7 +23,7 @@ void emg_adam_update(float *params, const float *grads, float *m, float *v, long
         float32x4_t upd = vdivq_f32(vmulq_f32(vlr, vdivq_f32(mi, vbc1)), den);
         vst1q_f32(params + i, vsubq_f32(vld1q_f32(params + i), upd));
     }
-    for (; i < n; i++) { /* n_params is a multiple of 4 for every supported shape; kept for safety */
+    for (; i < n; i++) { /* any n; idle while n_params is a multiple of d_model, so of 16 */
         m[i] = EMG_ADAM_BETA1 * m[i] + (1.0f - EMG_ADAM_BETA1) * grads[i];
         v[i] = EMG_ADAM_BETA2 * v[i] + (1.0f - EMG_ADAM_BETA2) * grads[i] * grads[i];
         params[i] -= lr * (m[i] / bc1) / (sqrtf(v[i] / bc2) + EMG_ADAM_EPS);

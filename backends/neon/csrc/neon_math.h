@@ -6,12 +6,12 @@
 #include <math.h>
 
 /* Helpers take their dimensions as arguments; forced inlining turns them into compile-time constants of
- * the specialised kernel (the seed's optimisation 1), so loops unroll and accumulators stay in registers. */
+ * the width-specialised kernel, so loops over d_model unroll and accumulators stay in registers. */
 #define EMG_INLINE static inline __attribute__((always_inline))
 
 /* exp(x) for a vector of x <= 88 (softmax feeds x <= 0). Range reduction x = n ln2 + r with |r| <= ln2/2
  * (ln2 split in two so r is exact), then a degree-6 Taylor polynomial for e^r: relative error <= 2e-7,
- * about 1 ulp, where the seed's degree-3 polynomial had ~1e-4. Inputs below -87 are clamped (the result
+ * about 1 ulp (a degree-3 polynomial has ~1e-4). Inputs below -87 are clamped (the result
  * stays a normal float ~1.6e-38 instead of going denormal); callers zero masked-out lanes themselves. */
 EMG_INLINE float32x4_t exp_f32x4(float32x4_t x) {
     x = vmaxq_f32(vminq_f32(x, vdupq_n_f32(88.0f)), vdupq_n_f32(-87.0f));
@@ -56,10 +56,9 @@ EMG_INLINE float dot_f32(const float *a, const float *b, int n) {
     return vaddvq_f32(acc);
 }
 
-/* y[0..n) += a * x[0..n) */
-EMG_INLINE void axpy_f32(float *y, float a, const float *x, int n) {
-    float32x4_t va = vdupq_n_f32(a);
-    for (int i = 0; i < n; i += 4) vst1q_f32(y + i, vfmaq_f32(vld1q_f32(y + i), va, vld1q_f32(x + i)));
+/* [sum(a), sum(b), sum(c), sum(d)]: four dot products' accumulators reduced into one vector. */
+EMG_INLINE float32x4_t sum4_f32x4(float32x4_t a, float32x4_t b, float32x4_t c, float32x4_t d) {
+    return vpaddq_f32(vpaddq_f32(a, b), vpaddq_f32(c, d));
 }
 
 #endif

@@ -1,5 +1,5 @@
 /* The session object behind the ABI's opaque emg_session (the shared layer's emg_core plus the Neon
- * buffers), and the table of specialised kernels. */
+ * buffers), the activation arena's layout, and the table of width-specialised kernels. */
 #ifndef EMG_NEON_SESSION_H
 #define EMG_NEON_SESSION_H
 
@@ -8,27 +8,70 @@
 
 #include "emg_backend.h"
 
+/* Sequence packing: the live positions of consecutive sequences of a batch are laid out back to back in
+ * one block of at most PACK_ROWS rows, so every position-wise kernel (norms, projections, MLP, LM head)
+ * runs over the whole block and each weight-gradient tile is loaded and stored once per block rather than
+ * once per sequence. Attention runs per sequence inside the block. A block holds any one sequence. */
+#define PACK_ROWS EMG_MAX_CONTEXT
+
+/* Rounds n up to a whole Neon vector of 4 floats: the padded width of rows of logits and attention scores. */
+#define ROUND4(n) (((n) + 3) / 4 * 4)
+
+/* Activations of one layer, each a block of PACK_ROWS rows (D = d_model, H = n_heads, CP = ROUND4(context)). */
+typedef struct neon_layer_acts {
+    float *x;      /* [PACK_ROWS][D] the residual stream entering the layer */
+    float *h1;     /* [PACK_ROWS][D] rmsnorm(x), the attention input */
+    float *r1;     /* [PACK_ROWS] its 1 / rms */
+    float *qkv;    /* [PACK_ROWS][3D] q | k | v */
+    float *probs;  /* [H][PACK_ROWS][CP] attention weights of each row over its sequence, 0 past the row */
+    float *att;    /* [PACK_ROWS][D] attention output (heads side by side) */
+    float *xm;     /* [PACK_ROWS][D] x + Wo att */
+    float *h2;     /* [PACK_ROWS][D] rmsnorm(xm), the MLP input */
+    float *r2;     /* [PACK_ROWS] its 1 / rms */
+    float *hidden; /* [PACK_ROWS][4D] relu(Wf1 h2) */
+} neon_layer_acts;
+
+/* The whole arena: forward activations per layer (kept for the backward pass, which runs the layers in
+ * reverse) and the backward pass's scratch, shared by all layers. */
+typedef struct neon_acts {
+    neon_layer_acts layer[EMG_MAX_LAYERS + 1]; /* layer[L].x only: the last residual, the LM head's input */
+    float *r0;      /* [PACK_ROWS] 1 / rms of the embeddings (layer[0].x is their norm) */
+    float *logits;  /* [PACK_ROWS][VP] logits, then d(loss)/d(logits); VP = ROUND4(vocab), 0-padded */
+    float *dx;      /* [PACK_ROWS][D] gradient on the residual stream */
+    float *dh;      /* [PACK_ROWS][D] gradient at a norm's output */
+    float *datt;    /* [PACK_ROWS][D] gradient at the attention output */
+    float *dqkv;    /* [PACK_ROWS][3D] */
+    float *dpre;    /* [PACK_ROWS][4D] gradient at the MLP's ReLU input */
+    float *dscores; /* [PACK_ROWS][CP] one head's gradient at the scaled scores of one sequence */
+} neon_acts;
+
+/* One block of packed sequences: sequence i has rows start[i] .. start[i] + len[i] - 1, its tokens tok[i]. */
+typedef struct neon_pack {
+    int rows, n_seq;
+    int start[PACK_ROWS], len[PACK_ROWS];
+    const uint8_t *tok[PACK_ROWS];
+} neon_pack;
+
 typedef struct emg_kernel {
-    int d_model, n_heads;
-    size_t work_bytes; /* per-sequence activations and gradients */
-    /* Zeroes s->core.grads, then fills it with d(mean loss)/d(params) of the batch; returns the mean loss. */
-    float (*loss_grad)(emg_session *s, int batch, const uint8_t *tokens, const uint8_t *lengths);
-    /* Rebuilds the transposed weight copies from s->core.params (after Adam or set_state). */
-    void (*sync_transposed)(emg_session *s);
+    int d_model;
+    /* Mean loss of a validated batch; with want_grads, s->core.grads is zeroed and then filled with its
+     * gradient. */
+    float (*loss_grad)(emg_session *s, int batch, const uint8_t *tokens, const uint8_t *lengths, int want_grads);
 } emg_kernel;
 
 struct emg_session {
     emg_core core; /* shape, layout, step and the training state: owned by the shared layer */
     const emg_kernel *kernel;
-    float *wt;   /* transposed copies: Wqkv^T [D][3D], Wo^T [D][D], Wf1^T [D][4D], Wf2^T [4D][D] */
-    void *work;
+    float *arena;  /* the buffers of acts, one allocation */
+    neon_acts acts;
 };
 
-/* One table entry per specialised translation unit (step_d*.c). */
-extern const emg_kernel emg_kernel_d16h4, emg_kernel_d32h4, emg_kernel_d64h4, emg_kernel_d128h4,
-    emg_kernel_d128h8;
+/* One table entry per width, each from its own translation unit (step_d*.c). */
+extern const emg_kernel emg_kernel_d16, emg_kernel_d32, emg_kernel_d48, emg_kernel_d64, emg_kernel_d80,
+    emg_kernel_d96, emg_kernel_d112, emg_kernel_d128, emg_kernel_d144, emg_kernel_d160, emg_kernel_d176,
+    emg_kernel_d192, emg_kernel_d208, emg_kernel_d224, emg_kernel_d240, emg_kernel_d256;
 
-/* Adam over the whole flat buffer with the header's constants (adam.c). */
-void emg_adam_update(float *params, const float *grads, float *m, float *v, long n, int64_t step, float lr);
+/* Bias-corrected Adam over the whole flat buffer with the header's constants (adam.c). */
+void adam_update(float *params, const float *grads, float *m, float *v, long n, int64_t step, float lr);
 
 #endif

@@ -1,150 +1,198 @@
-/* One training step's forward and backward pass, specialised at compile time.
+/* One training step's forward and backward pass at one width, compiled once per width.
  *
- * Included once per supported shape by step_d*.c after defining D_MODEL, N_HEADS and KERNEL_NAME (the
- * emg_kernel table entry to define). Everything below is static, so the copies never clash.
+ * Included by step_d*.c after defining D_MODEL and KERNEL_NAME (the emg_kernel table entry to define);
+ * everything else is static, so the copies never clash. The width is a compile-time constant (loops over
+ * d_model unroll, accumulators stay in registers); heads, layers, vocabulary and context come from
+ * s->core.shape at run time.
  *
- * Work is done one sequence at a time (its activations stay in L1) and only over its live positions
- * t < T = length - 1: padding is never touched, forward or backward (the seed's optimisation 3). Gradients
- * of all sequences accumulate into s->core.grads, already scaled by 1 / (live positions in the batch).
+ * The live positions t < length - 1 of consecutive sequences are packed into blocks of rows (session.h,
+ * neon_pack): padding is never touched, forward or backward. A block runs forward through every layer,
+ * keeping each layer's activations, then backward through the layers in reverse, while its activations are
+ * still in cache. Gradients of all blocks accumulate into s->core.grads, already scaled by 1 / (live
+ * positions in the batch).
  */
 #include <string.h>
 
 #include "attention.h"
-#include "linear.h"
-#include "norm.h"
+#include "matmul.h"
+#include "rmsnorm.h"
 #include "session.h"
 
-#if !defined(D_MODEL) || !defined(N_HEADS) || !defined(KERNEL_NAME)
-#error "define D_MODEL, N_HEADS and KERNEL_NAME before including step_impl.h"
+#if !defined(D_MODEL) || !defined(KERNEL_NAME)
+#error "define D_MODEL and KERNEL_NAME before including step_impl.h"
 #endif
 
 #define D D_MODEL
-#define HD (D_MODEL / N_HEADS)
-#define DFF (4 * D_MODEL)
 #define D3 (3 * D_MODEL)
-#define VPAD 28 /* VOCAB rounded up to a whole vector */
-#define T_MAX (EMG_MAX_SEQ - 1)
+#define DFF (4 * D_MODEL)
 
-_Static_assert(HD % 4 == 0, "head_dim must be a multiple of 4");
+_Static_assert(D % 16 == 0, "matmul_backward_input works on 16-column tiles of d_model and 4 * d_model");
 
-/* Offsets of the tensors in the flat parameter (and gradient) buffer: the shared layout. */
-enum {
-    OFF_TOK = EMG_OFF_TOK_EMB(D),
-    OFF_POS = EMG_OFF_POS_EMB(D),
-    OFF_QKV = EMG_OFF_WQ(D), /* Wq, Wk, Wv are adjacent: one [3D][D] matrix */
-    OFF_WO = EMG_OFF_WO(D),
-    OFF_WF1 = EMG_OFF_WF1(D),
-    OFF_WF2 = EMG_OFF_WF2(D),
-    OFF_WLM = EMG_OFF_WLM(D),
-    /* transposed copies in s->wt */
-    T_QKV = 0,
-    T_WO = 3 * D * D,
-    T_WF1 = 4 * D * D,
-    T_WF2 = 8 * D * D,
-};
-
+/* What every kernel of a step reads of the session's shape. */
 typedef struct {
-    /* forward activations, one row per live position */
-    float x0[T_MAX][D], r0[T_MAX], h1[T_MAX][D], r1[T_MAX];
-    float qkv[T_MAX][D3];
-    float probs[N_HEADS][T_MAX][16];
-    float att[T_MAX][D], x1[T_MAX][D], h2[T_MAX][D], r2[T_MAX];
-    float hidden[T_MAX][DFF], x2[T_MAX][D];
-    float dlogits[T_MAX][VPAD];
-    /* backward */
-    float dx2[T_MAX][D], dpre[T_MAX][DFF], dh[T_MAX][D], dx1[T_MAX][D], datt[T_MAX][D];
-    float dqkv[T_MAX][D3], dx0[T_MAX][D];
-} work_t;
+    int n_heads, head_dim, n_layers, vocab, vp, cp;
+    long head_stride; /* floats between two heads' blocks of probs */
+} dims;
 
-/* Forward through one sequence; fills w and returns its summed weighted loss. dlogits ends up holding
- * (softmax - onehot(target)) * wgt, the gradient at the logits. */
-static float seq_forward(const float *p, work_t *w, const uint8_t *tok, int T, float wgt) {
-    float e[D];
-    for (int t = 0; t < T; t++) {
-        const float *te = p + OFF_TOK + tok[t] * D, *pe = p + OFF_POS + t * D;
-        for (int i = 0; i < D; i += 4) vst1q_f32(e + i, vaddq_f32(vld1q_f32(te + i), vld1q_f32(pe + i)));
-        w->r0[t] = rms_forward(w->x0[t], e, D);
-        w->r1[t] = rms_forward(w->h1[t], w->x0[t], D);
-    }
-    matvec_rows(&w->qkv[0][0], D3, p + OFF_QKV, &w->h1[0][0], D, T, D3, D, EP_STORE, 0, 0);
-    attention_forward(&w->att[0][0], &w->probs[0][0][0], &w->qkv[0][0], T, D, N_HEADS, HD);
-    matvec_rows(&w->x1[0][0], D, p + OFF_WO, &w->att[0][0], D, T, D, D, EP_RESIDUAL, &w->x0[0][0], D);
-    for (int t = 0; t < T; t++) w->r2[t] = rms_forward(w->h2[t], w->x1[t], D);
-    matvec_rows(&w->hidden[0][0], DFF, p + OFF_WF1, &w->h2[0][0], D, T, DFF, D, EP_RELU, 0, 0);
-    matvec_rows(&w->x2[0][0], D, p + OFF_WF2, &w->hidden[0][0], DFF, T, D, DFF, EP_RESIDUAL,
-                &w->x1[0][0], D);
-    matvec_rows(&w->dlogits[0][0], VPAD, p + OFF_WLM, &w->x2[0][0], D, T, EMG_VOCAB, D, EP_STORE, 0, 0);
-
-    float loss = 0.0f;
-    float32x4_t wv = vdupq_n_f32(wgt);
-    for (int t = 0; t < T; t++) {
-        float *row = w->dlogits[t], lse;
-        int target = tok[t + 1];
-        float picked = row[target];
-        softmax_inplace(row, EMG_VOCAB, &lse);
-        loss += (lse - picked) * wgt;
-        row[target] -= 1.0f;
-        for (int v = 0; v < VPAD; v += 4) vst1q_f32(row + v, vmulq_f32(vld1q_f32(row + v), wv));
-    }
-    return loss;
+static dims dims_of(const emg_shape *shape) {
+    const int cp = ROUND4(shape->context);
+    return (dims){shape->n_heads, D / shape->n_heads, shape->n_layers, shape->vocab, ROUND4(shape->vocab), cp,
+                  (long)PACK_ROWS * cp};
 }
 
-/* Backward through one sequence after seq_forward, accumulating into g. */
-static void seq_backward(const float *p, const float *wt, float *g, work_t *w, const uint8_t *tok, int T) {
-    /* LM head: sparse over the logits (exact zeros skipped), contiguous rows of Wlm, no transpose. */
-    outer_acc(g + OFF_WLM, &w->dlogits[0][0], VPAD, &w->x2[0][0], D, T, EMG_VOCAB, D);
-    for (int t = 0; t < T; t++) {
-        memset(w->dx2[t], 0, sizeof w->dx2[t]);
-        for (int v = 0; v < EMG_VOCAB; v++)
-            if (w->dlogits[t][v] != 0.0f) axpy_f32(w->dx2[t], w->dlogits[t][v], p + OFF_WLM + v * D, D);
-    }
-    /* FFN: x2 = x1 + Wf2 relu(Wf1 h2). */
-    outer_acc(g + OFF_WF2, &w->dx2[0][0], D, &w->hidden[0][0], DFF, T, D, DFF);
-    matvec_rows(&w->dpre[0][0], DFF, wt + T_WF2, &w->dx2[0][0], D, T, DFF, D, EP_MASK, &w->hidden[0][0], DFF);
-    outer_acc(g + OFF_WF1, &w->dpre[0][0], DFF, &w->h2[0][0], D, T, DFF, D);
-    matvec_rows(&w->dh[0][0], D, wt + T_WF1, &w->dpre[0][0], DFF, T, D, DFF, EP_STORE, 0, 0);
-    for (int t = 0; t < T; t++) rms_backward(w->dx1[t], w->dx2[t], w->dh[t], w->h2[t], w->r2[t], D);
-    /* Attention output projection: x1 = x0 + Wo att. */
-    outer_acc(g + OFF_WO, &w->dx1[0][0], D, &w->att[0][0], D, T, D, D);
-    matvec_rows(&w->datt[0][0], D, wt + T_WO, &w->dx1[0][0], D, T, D, D, EP_STORE, 0, 0);
-    attention_backward(&w->dqkv[0][0], &w->datt[0][0], &w->probs[0][0][0], &w->qkv[0][0], T, D, N_HEADS, HD);
-    /* Q, K, V from h1 = rms(x0). */
-    outer_acc(g + OFF_QKV, &w->dqkv[0][0], D3, &w->h1[0][0], D, T, D3, D);
-    matvec_rows(&w->dh[0][0], D, wt + T_QKV, &w->dqkv[0][0], D3, T, D, D3, EP_STORE, 0, 0);
-    for (int t = 0; t < T; t++) rms_backward(w->dx0[t], w->dx1[t], w->dh[t], w->h1[t], w->r1[t], D);
-    /* Embeddings: x0 = rms(tok_emb[tok] + pos_emb[t]); the norm backward writes d(emb) into dh. */
-    for (int t = 0; t < T; t++) {
-        rms_backward(w->dh[t], 0, w->dx0[t], w->x0[t], w->r0[t], D);
-        float *gt = g + OFF_TOK + tok[t] * D, *gp = g + OFF_POS + t * D;
-        for (int i = 0; i < D; i += 4) {
-            float32x4_t d = vld1q_f32(w->dh[t] + i);
-            vst1q_f32(gt + i, vaddq_f32(vld1q_f32(gt + i), d));
-            vst1q_f32(gp + i, vaddq_f32(vld1q_f32(gp + i), d));
+/* ---- embeddings: x = rmsnorm(tok_emb[token] + pos_emb[t]) ---- */
+
+static void encoder_forward(float *x, float *r, const float *tok_emb, const float *pos_emb, const neon_pack *pk) {
+    for (int i = 0; i < pk->n_seq; i++) {
+        for (int t = 0; t < pk->len[i]; t++) {
+            const int row = pk->start[i] + t;
+            const float *te = tok_emb + pk->tok[i][t] * D, *pe = pos_emb + t * D;
+            float e[D];
+            for (int c = 0; c < D; c += 4) vst1q_f32(e + c, vaddq_f32(vld1q_f32(te + c), vld1q_f32(pe + c)));
+            r[row] = rmsnorm_forward(x + row * D, e, D);
         }
     }
 }
 
-static float loss_grad(emg_session *s, int batch, const uint8_t *tokens, const uint8_t *lengths) {
-    work_t *w = (work_t *)s->work;
+/* dx [rows][D] at the norm's output -> the token and position embeddings' gradients. */
+static void encoder_backward(float *g_tok, float *g_pos, const float *dx, const float *x, const float *r,
+                             const neon_pack *pk) {
+    for (int i = 0; i < pk->n_seq; i++) {
+        for (int t = 0; t < pk->len[i]; t++) {
+            const int row = pk->start[i] + t;
+            float de[D];
+            rmsnorm_backward(de, 0, dx + row * D, x + row * D, r[row], D);
+            float *gt = g_tok + pk->tok[i][t] * D, *gp = g_pos + t * D;
+            for (int c = 0; c < D; c += 4) {
+                const float32x4_t v = vld1q_f32(de + c);
+                vst1q_f32(gt + c, vaddq_f32(vld1q_f32(gt + c), v));
+                vst1q_f32(gp + c, vaddq_f32(vld1q_f32(gp + c), v));
+            }
+        }
+    }
+}
+
+/* ---- the loss: softmax cross-entropy of each row's logits against the next token ---- */
+
+/* Returns the block's summed loss times wgt and turns logits [rows][vp] into d(loss)/d(logits) =
+ * (softmax - onehot(target)) * wgt, 0 in the padding columns. */
+static double crossentropy_forward(float *logits, const neon_pack *pk, const dims *dm, float wgt) {
+    double loss = 0.0;
+    const float32x4_t wv = vdupq_n_f32(wgt);
+    for (int i = 0; i < pk->n_seq; i++) {
+        for (int t = 0; t < pk->len[i]; t++) {
+            float *row = logits + (long)(pk->start[i] + t) * dm->vp, lse;
+            const int target = pk->tok[i][t + 1];
+            const float picked = row[target];
+            softmax_inplace(row, dm->vocab, &lse);
+            loss += (double)(lse - picked);
+            row[target] -= 1.0f;
+            for (int v = 0; v < dm->vp; v += 4) vst1q_f32(row + v, vmulq_f32(vld1q_f32(row + v), wv));
+        }
+    }
+    return loss * wgt;
+}
+
+/* ---- one layer ---- */
+
+/* x_out = xm + Wf2 relu(Wf1 rmsnorm(xm)) with xm = x + Wo attention(Wqkv rmsnorm(x)); la keeps the rest. */
+static void block_forward(const float *p, const neon_layer_acts *la, float *x_out, const neon_pack *pk,
+                          const dims *dm) {
+    const int rows = pk->rows;
+    for (int t = 0; t < rows; t++) la->r1[t] = rmsnorm_forward(la->h1 + t * D, la->x + t * D, D);
+    /* Wq, Wk and Wv are adjacent in the layout: one [3D][D] matrix. */
+    matmul_forward(la->qkv, D3, p + EMG_LAYER_WQ(D), la->h1, D, rows, D3, D, EP_STORE, 0, 0);
+    for (int i = 0; i < pk->n_seq; i++) {
+        const int st = pk->start[i];
+        attention_forward(la->att + st * D, la->probs + (long)st * dm->cp, la->qkv + st * D3, pk->len[i], D,
+                          dm->n_heads, dm->head_dim, dm->cp, dm->head_stride);
+    }
+    matmul_forward(la->xm, D, p + EMG_LAYER_WO(D), la->att, D, rows, D, D, EP_RESIDUAL, la->x, D);
+    for (int t = 0; t < rows; t++) la->r2[t] = rmsnorm_forward(la->h2 + t * D, la->xm + t * D, D);
+    matmul_forward(la->hidden, DFF, p + EMG_LAYER_WF1(D), la->h2, D, rows, DFF, D, EP_RELU, 0, 0);
+    matmul_forward(x_out, D, p + EMG_LAYER_WF2(D), la->hidden, DFF, rows, D, DFF, EP_RESIDUAL, la->xm, D);
+}
+
+/* dx [rows][D]: in, the gradient at the layer's output; out, at its input x. g: the layer's gradients. */
+static void block_backward(const float *p, float *g, const neon_layer_acts *la, const neon_acts *a,
+                           const neon_pack *pk, const dims *dm) {
+    const int rows = pk->rows;
+    float *dx = a->dx;
+    /* MLP: x_out = xm + Wf2 hidden, hidden = relu(Wf1 h2), h2 = rmsnorm(xm). */
+    matmul_backward_weight(g + EMG_LAYER_WF2(D), dx, D, la->hidden, DFF, rows, D, DFF);
+    matmul_backward_input(a->dpre, DFF, dx, D, p + EMG_LAYER_WF2(D), rows, D, D, DFF, EP_RELU_MASK, la->hidden,
+                          DFF);
+    matmul_backward_weight(g + EMG_LAYER_WF1(D), a->dpre, DFF, la->h2, D, rows, DFF, D);
+    matmul_backward_input(a->dh, D, a->dpre, DFF, p + EMG_LAYER_WF1(D), rows, DFF, DFF, D, EP_STORE, 0, 0);
+    for (int t = 0; t < rows; t++) rmsnorm_backward(dx + t * D, dx + t * D, a->dh + t * D, la->h2 + t * D, la->r2[t], D);
+    /* Attention: xm = x + Wo att, att = attention(q, k, v), qkv = Wqkv h1, h1 = rmsnorm(x). */
+    matmul_backward_weight(g + EMG_LAYER_WO(D), dx, D, la->att, D, rows, D, D);
+    matmul_backward_input(a->datt, D, dx, D, p + EMG_LAYER_WO(D), rows, D, D, D, EP_STORE, 0, 0);
+    for (int i = 0; i < pk->n_seq; i++) {
+        const int st = pk->start[i];
+        attention_backward(a->dqkv + st * D3, a->dscores, a->datt + st * D, la->probs + (long)st * dm->cp,
+                           la->qkv + st * D3, pk->len[i], D, dm->n_heads, dm->head_dim, dm->cp, dm->head_stride);
+    }
+    matmul_backward_weight(g + EMG_LAYER_WQ(D), a->dqkv, D3, la->h1, D, rows, D3, D);
+    matmul_backward_input(a->dh, D, a->dqkv, D3, p + EMG_LAYER_WQ(D), rows, D3, D3, D, EP_STORE, 0, 0);
+    for (int t = 0; t < rows; t++) rmsnorm_backward(dx + t * D, dx + t * D, a->dh + t * D, la->h1 + t * D, la->r1[t], D);
+}
+
+/* ---- one block of packed sequences ---- */
+
+/* Forward through embeddings, every layer, the LM head and the loss; returns the block's weighted loss. */
+static double pack_forward(const emg_session *s, const neon_pack *pk, const dims *dm, float wgt) {
+    const float *p = s->core.params;
+    const emg_layout *ly = &s->core.layout;
+    const neon_acts *a = &s->acts;
+    encoder_forward(a->layer[0].x, a->r0, p + ly->tok_emb, p + ly->pos_emb, pk);
+    for (int l = 0; l < dm->n_layers; l++)
+        block_forward(p + emg_layer_offset(ly, l), &a->layer[l], a->layer[l + 1].x, pk, dm);
+    /* LM head on the last residual, no final norm. */
+    matmul_forward(a->logits, dm->vp, p + ly->wlm, a->layer[dm->n_layers].x, D, pk->rows, dm->vocab, D,
+                   EP_STORE, 0, 0);
+    return crossentropy_forward(a->logits, pk, dm, wgt);
+}
+
+/* Backward after pack_forward, accumulating into s->core.grads: the LM head, the layers in reverse, the
+ * embeddings. */
+static void pack_backward(emg_session *s, const neon_pack *pk, const dims *dm) {
+    const float *p = s->core.params;
+    float *g = s->core.grads;
+    const emg_layout *ly = &s->core.layout;
+    const neon_acts *a = &s->acts;
+    const float *x_last = a->layer[dm->n_layers].x;
+    matmul_backward_weight(g + ly->wlm, a->logits, dm->vp, x_last, D, pk->rows, dm->vocab, D);
+    matmul_backward_input(a->dx, D, a->logits, dm->vp, p + ly->wlm, pk->rows, dm->vp, dm->vocab, D, EP_STORE, 0, 0);
+    for (int l = dm->n_layers - 1; l >= 0; l--)
+        block_backward(p + emg_layer_offset(ly, l), g + emg_layer_offset(ly, l), &a->layer[l], a, pk, dm);
+    encoder_backward(g + ly->tok_emb, g + ly->pos_emb, a->dx, a->layer[0].x, a->r0, pk);
+}
+
+static float loss_grad(emg_session *s, int batch, const uint8_t *tokens, const uint8_t *lengths, int want_grads) {
+    const dims dm = dims_of(&s->core.shape);
+    const int seq = emg_seq_len(&s->core.shape);
     long n_live = 0;
     for (int b = 0; b < batch; b++) n_live += lengths[b] - 1;
-    float wgt = 1.0f / (float)n_live, loss = 0.0f;
-    memset(s->core.grads, 0, sizeof(float) * (size_t)s->core.layout.n_params);
-    for (int b = 0; b < batch; b++) {
-        const uint8_t *tok = tokens + (long)b * EMG_MAX_SEQ;
-        int T = lengths[b] - 1;
-        loss += seq_forward(s->core.params, w, tok, T, wgt);
-        seq_backward(s->core.params, s->wt, s->core.grads, w, tok, T);
+    const float wgt = 1.0f / (float)n_live;
+    if (want_grads) memset(s->core.grads, 0, sizeof(float) * (size_t)s->core.layout.n_params);
+    double loss = 0.0;
+    neon_pack pk = {0};
+    for (int b = 0; b <= batch; b++) {
+        const int T = b < batch ? lengths[b] - 1 : 0;
+        if (pk.n_seq > 0 && (b == batch || pk.rows + T > PACK_ROWS)) { /* the block is full: run it */
+            loss += pack_forward(s, &pk, &dm, wgt);
+            if (want_grads) pack_backward(s, &pk, &dm);
+            pk.rows = pk.n_seq = 0;
+        }
+        if (b == batch) break;
+        pk.start[pk.n_seq] = pk.rows;
+        pk.len[pk.n_seq] = T;
+        pk.tok[pk.n_seq] = tokens + (long)b * seq;
+        pk.n_seq++;
+        pk.rows += T;
     }
-    return loss;
+    return (float)loss;
 }
 
-static void sync_transposed(emg_session *s) {
-    const float *p = s->core.params;
-    transpose_f32(s->wt + T_QKV, p + OFF_QKV, D3, D);
-    transpose_f32(s->wt + T_WO, p + OFF_WO, D, D);
-    transpose_f32(s->wt + T_WF1, p + OFF_WF1, DFF, D);
-    transpose_f32(s->wt + T_WF2, p + OFF_WF2, D, DFF);
-}
-
-const emg_kernel KERNEL_NAME = {D_MODEL, N_HEADS, sizeof(work_t), loss_grad, sync_transposed};
+const emg_kernel KERNEL_NAME = {D_MODEL, loss_grad};

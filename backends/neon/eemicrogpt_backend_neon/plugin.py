@@ -59,7 +59,8 @@ def eemicrogpt_backends() -> Iterator[BackendSpec]:
         description="ARM Advanced SIMD C: the whole step (forward, backward, Adam) in one native call",
         probe=_probe,
         factory=_factory,
-        supports=library_supports(library_path),  # the kernel table KERNELS in csrc/abi.c
+        supports=library_supports(library_path),  # csrc/abi.c: supports()
         dtypes=("float32",),
         max_batch=MAX_BATCH,
+        envelope="d16-256 step 16, head_dim a multiple of 4, 1-8 layers, vocabulary 2-256, context 1-64",
     )
