@@ -20,8 +20,8 @@ import os
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):  # before numpy/torch load
     os.environ.setdefault(_var, "1")
 # Rounds interleave torch and our thread pools on the same cores: OpenMP workers that spin-wait after torch's
-# 2-thread steps would take a core from the next contender (measured here: avx512 2-thread steps 1.5-4.7x
-# slower). Passive waiting makes idle workers sleep at once.
+# 2-thread steps would take a core from the next contender (avx512 2-thread steps ran 1.5-4.7x slower with
+# active waiting). Passive waiting makes idle workers sleep at once.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import argparse  # noqa: E402

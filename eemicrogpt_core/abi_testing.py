@@ -23,14 +23,23 @@ from typing import Any, ClassVar
 import numpy as np
 import pytest
 
-from .model import BOUNDARY, MAX_SEQ, VOCAB, ModelShape, init_params, views
-from .native import ABI_VERSION, MAX_BATCH, _ffi, load_library
+from .abi import MAX_CONTEXT, MAX_LAYERS, MAX_VOCAB, MIN_VOCAB
+from .model import NAMES_VOCAB, ModelShape, init_params, views
+from .native import ABI_VERSION, MAX_BATCH, STATUS, _ffi, load_library
 from .testing import _entry, _unusable
 
-OK, ARGUMENT, UNSUPPORTED, NOMEM, NONFINITE = 0, 1, 2, 3, 4
-# Shapes tried in order; the first one the library supports is the one under test.
+OK, ARGUMENT, UNSUPPORTED, NOMEM, NONFINITE = (STATUS[name] for name in (
+    "EMG_OK", "EMG_ERR_ARGUMENT", "EMG_ERR_UNSUPPORTED", "EMG_ERR_NOMEM", "EMG_ERR_NONFINITE"))
+# Shapes tried in order (one layer, the names' vocabulary, context 16); the first one the library supports
+# is the one under test.
 CANDIDATE_SHAPES = ((16, 4), (32, 4), (64, 4), (64, 8), (128, 4), (128, 8))
-INVALID_SHAPES = ((16, 3), (16, 8), (0, 4), (-16, 4), (16, 0), (16, -4))  # ModelShape refuses each
+# (d_model, n_heads, n_layers, vocab, context) that ModelShape refuses, each breaking one rule.
+INVALID_SHAPES = ((16, 3, 1, 27, 16), (16, 8, 1, 27, 16), (0, 4, 1, 27, 16), (-16, 4, 1, 27, 16), (16, 0, 1, 27, 16),
+                  (16, -4, 1, 27, 16), (64, 4, 0, 27, 16), (64, 4, MAX_LAYERS + 1, 27, 16),
+                  (64, 4, 1, MIN_VOCAB - 1, 16), (64, 4, 1, MAX_VOCAB + 1, 16), (64, 4, 1, 27, 0),
+                  (64, 4, 1, 27, MAX_CONTEXT + 1))
+# A second shape, to show the batch rule follows the session's vocabulary and context (tried at each width).
+OTHER_SHAPE = {"n_layers": 2, "vocab": 40, "context": 24}
 # The non-finite rules run on batches this large: a threaded session then really splits the step (the x86
 # backend gives a chunk at least 4 sequences; a smaller batch runs inline and would test nothing threaded).
 SESSION_BATCH = 16
@@ -50,13 +59,23 @@ class State:
         )
 
 
+def raw_shape(d_model: int, n_heads: int, n_layers: int = 1, vocab: int = NAMES_VOCAB, context: int = 16) -> Any:
+    """An emg_shape with any values, valid or not (ModelShape would refuse the invalid ones)."""
+    return _ffi().new("emg_shape *", {"d_model": d_model, "n_heads": n_heads, "n_layers": n_layers, "vocab": vocab,
+                                      "context": context})
+
+
+def shape_of(shape: ModelShape) -> Any:
+    return raw_shape(shape.d_model, shape.n_heads, shape.n_layers, shape.vocab, shape.context)
+
+
 class Raw:
     """One emg_session opened directly through cffi (no Python-side checks in the way)."""
 
     def __init__(self, lib: Any, shape: ModelShape, max_batch: int = SESSION_BATCH, threads: int = 1) -> None:
         self.ffi, self.lib, self.shape = _ffi(), lib, shape
         out = self.ffi.new("emg_session **")
-        assert lib.emg_create(shape.d_model, shape.n_heads, max_batch, out) == OK
+        assert lib.emg_create(shape_of(shape), max_batch, out) == OK
         self.s = out[0]
         if threads != 1:  # the optional emg_set_threads export: every rule holds on the threaded path too
             assert lib.emg_set_threads(self.s, threads) == OK
@@ -97,16 +116,20 @@ class Raw:
         return status, float(loss[0]), g
 
 
-def batches(n: int, batch: int, seed: int, avoid: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """n random valid batches (tokens [n, batch, MAX_SEQ], lengths [n, batch]) never using token `avoid`."""
+def batches(n: int, batch: int, seed: int, avoid: int | None = None,
+            shape: ModelShape | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """n random valid batches (tokens [n, batch, context + 1], lengths [n, batch]) never using token `avoid`
+    (the shape's vocabulary and context; by default the names' 27 tokens and context 16)."""
+    shape = shape or ModelShape(16)
     rng = np.random.default_rng(seed)
-    letters = np.array([t for t in range(VOCAB - 1) if t != avoid], np.uint8)
-    tokens = np.zeros((n, batch, MAX_SEQ), np.uint8)
-    lengths = rng.integers(3, MAX_SEQ + 1, size=(n, batch)).astype(np.uint8)
+    seq, boundary = shape.seq_len, shape.boundary
+    letters = np.array([t for t in range(boundary) if t != avoid], np.uint8)
+    tokens = np.zeros((n, batch, seq), np.uint8)
+    lengths = rng.integers(3, seq + 1, size=(n, batch)).astype(np.uint8)
     for i in range(n):
         for b in range(batch):
             length = int(lengths[i, b])
-            tokens[i, b, 0] = tokens[i, b, length - 1] = BOUNDARY
+            tokens[i, b, 0] = tokens[i, b, length - 1] = boundary
             tokens[i, b, 1 : length - 1] = rng.choice(letters, length - 2)
     return tokens, lengths
 
@@ -121,21 +144,23 @@ def fresh(shape: ModelShape, seed: int = 0, step: int = 0) -> State:
 
 # Each case breaks one property of the valid batch made of the first 2 rows of tokens [B, S], lengths [B]
 # (B = SESSION_BATCH + 1, so that "batch_over_max" still hands C arrays as large as the batch it names).
-def _break(case: str, tokens: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray | None, np.ndarray | None, int]:
+def _break(case: str, tokens: np.ndarray, lengths: np.ndarray,
+           shape: ModelShape) -> tuple[np.ndarray | None, np.ndarray | None, int]:
     tokens, lengths, batch = tokens.copy(), lengths.copy(), 2
+    seq = shape.seq_len
     if case == "batch_0":
         batch = 0
     elif case == "batch_over_max":
         batch = SESSION_BATCH + 1
     elif case == "length_1":
         lengths[1] = 1
-    elif case == "length_over_max_seq":
-        lengths[1] = MAX_SEQ + 1
+    elif case == "length_over_context":
+        lengths[1] = seq + 1
     elif case == "token_vocab_live":
-        tokens[1, 1] = VOCAB
+        tokens[1, 1] = shape.vocab
     elif case == "token_vocab_padding":
-        tokens[1, MAX_SEQ - 1] = 255
-        lengths[1] = min(int(lengths[1]), MAX_SEQ - 1)
+        tokens[1, seq - 1] = 255
+        lengths[1] = min(int(lengths[1]), seq - 1)
     elif case == "null_tokens":
         return None, lengths, batch
     elif case == "null_lengths":
@@ -143,7 +168,7 @@ def _break(case: str, tokens: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarr
     return tokens, lengths, batch
 
 
-BAD_BATCHES = ("batch_0", "batch_over_max", "length_1", "length_over_max_seq", "token_vocab_live",
+BAD_BATCHES = ("batch_0", "batch_over_max", "length_1", "length_over_context", "token_vocab_live",
                "token_vocab_padding", "null_tokens", "null_lengths")
 
 
@@ -165,7 +190,7 @@ class NativeAbiContract:
     @pytest.fixture
     def shape(self, lib: Any) -> ModelShape:
         for d, h in CANDIDATE_SHAPES:
-            if lib.emg_supports(d, h):
+            if lib.emg_supports(raw_shape(d, h)):
                 return ModelShape(d, h)
         pytest.fail(f"{self.backend_name} supports none of {CANDIDATE_SHAPES}")
 
@@ -184,18 +209,19 @@ class NativeAbiContract:
 
     def test_shapes_the_model_forbids_are_unsupported(self, lib: Any) -> None:
         out = _ffi().new("emg_session **")
-        for d, h in INVALID_SHAPES:
-            assert lib.emg_supports(d, h) == 0, (d, h)
-            assert lib.emg_create(d, h, 1, out) == UNSUPPORTED, (d, h)
+        for dims in INVALID_SHAPES:
+            assert lib.emg_supports(raw_shape(*dims)) == 0, dims
+            assert lib.emg_create(raw_shape(*dims), 1, out) == UNSUPPORTED, dims
             assert out[0] == _ffi().NULL
+        assert lib.emg_supports(_ffi().NULL) == 0
 
     def test_create_arguments(self, lib: Any, shape: ModelShape) -> None:
         ffi, out = _ffi(), _ffi().new("emg_session **")
-        d, h = shape.d_model, shape.n_heads
-        assert lib.emg_create(d, h, 1, ffi.NULL) == ARGUMENT
-        assert lib.emg_create(d, h, 0, out) == ARGUMENT
-        assert lib.emg_create(d, h, -1, out) == ARGUMENT
-        assert lib.emg_create(d, h, MAX_BATCH + 1, out) == UNSUPPORTED
+        assert lib.emg_create(shape_of(shape), 1, ffi.NULL) == ARGUMENT
+        assert lib.emg_create(ffi.NULL, 1, out) == ARGUMENT
+        assert lib.emg_create(shape_of(shape), 0, out) == ARGUMENT
+        assert lib.emg_create(shape_of(shape), -1, out) == ARGUMENT
+        assert lib.emg_create(shape_of(shape), MAX_BATCH + 1, out) == UNSUPPORTED
         assert out[0] == ffi.NULL
         lib.emg_destroy(ffi.NULL)  # a no-op
 
@@ -223,7 +249,7 @@ class NativeAbiContract:
         st = fresh(shape)
         raw.set(st)
         tokens, lengths = batches(1, SESSION_BATCH + 1, seed=3)
-        t, ln, batch = _break(case, tokens[0], lengths[0])
+        t, ln, batch = _break(case, tokens[0], lengths[0], shape)
         status, _, _ = raw.loss(t, ln, batch=batch)
         assert status == ARGUMENT
         lrs, losses = np.full(1, 1e-2, np.float32), np.zeros(1, np.float32)
@@ -231,6 +257,27 @@ class NativeAbiContract:
         l3 = None if ln is None else ln[None]
         assert raw.train(t3, l3, lrs, losses, batch=batch) == ARGUMENT
         assert raw.get().equal(st)
+
+    @pytest.mark.parametrize("case", ("length_over_context", "token_vocab_live", "token_vocab_padding"))
+    def test_batch_rule_follows_the_session_shape(self, lib: Any, shape: ModelShape, case: str) -> None:
+        """At another vocabulary and context, the limits move with them: the longest row and the last token
+        are accepted, one more is refused."""
+        other = ModelShape(shape.d_model, shape.n_heads, **OTHER_SHAPE)
+        if not lib.emg_supports(shape_of(other)):
+            pytest.fail(f"{self.backend_name} does not support {other.describe()}")
+        raw = self.open(lib, other)
+        try:
+            st = fresh(other)
+            raw.set(st)
+            tokens, lengths = batches(1, SESSION_BATCH + 1, seed=4, shape=other)
+            tokens[0, 1, :], lengths[0, 1] = other.boundary, other.seq_len  # the longest row, the last token
+            status, loss, _ = raw.loss(tokens[0], lengths[0], batch=2)
+            assert status == OK and np.isfinite(loss)
+            t, ln, batch = _break(case, tokens[0], lengths[0], other)
+            assert raw.loss(t, ln, batch=batch)[0] == ARGUMENT
+            assert raw.get().equal(st)
+        finally:
+            raw.close()
 
     def test_bad_step_late_in_a_call_changes_nothing(self, raw: Raw, shape: ModelShape) -> None:
         st = fresh(shape)

@@ -21,11 +21,27 @@ def fsync_directory(directory: Path) -> None:
         os.close(fd)
 
 
+def process_umask() -> int:
+    """The umask, read without changing it where the OS allows (os.umask sets it, racing other threads)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Readers see the old file or the new one, never half of either (os.replace is atomic on POSIX)."""
+    """Readers see the old file or the new one, never half of either (os.replace is atomic on POSIX). The file
+    gets the mode an ordinary create would (0666 less the umask), not mkstemp's private 0600."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        if hasattr(os, "fchmod"):
+            os.fchmod(fd, 0o666 & ~process_umask())
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()

@@ -88,6 +88,9 @@ class BackendSpec:
     max_batch: int = 256
     precision: str = FP32  # what the matrix products compute in (precision.PRECISIONS); `auto` asks for fp32
     extra: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
+    # The shapes it runs, in words for `eemicrogpt backends` (e.g. "d16-256 step 16, 1-8 layers, ..."); the
+    # authority is still `supports`.
+    envelope: str = ""
 
     def unsupported_reason(self, shape: ModelShape, batch: int, dtype: str = "float32") -> str | None:
         """None when this backend can run the shape, otherwise a sentence saying why not."""
@@ -98,7 +101,7 @@ class BackendSpec:
             heads = ", ".join(map(str, self.n_heads))
             return f"{self.name} supports n_heads {heads}, not {shape.n_heads}"
         if self.supports is not None and not self.supports(shape):
-            return f"{self.name} has no kernel for d_model {shape.d_model} with {shape.n_heads} heads"
+            return f"{self.name} has no kernel for {shape.describe()}"
         if dtype not in self.dtypes:
             return f"{self.name} supports dtype {', '.join(self.dtypes)}, not {dtype}"
         if not 1 <= batch <= self.max_batch:

@@ -1,9 +1,10 @@
 """Benchmarks: us/step per backend and size, batch scaling, and the seed's loss-within-a-time-budget table.
 
 FLOPs per step are counted analytically from the shape and the live positions of the measured batches
-(sequence b of length L_b has P_b = L_b - 1 live positions; position t attends to t + 1 keys):
-    forward  = sum_b P_b * (24 d^2 + 54 d) + 4 d * sum_b P_b (P_b + 1) / 2
-        24 d^2 = Q, K, V, O projections (4 x 2 d^2) + FFN (2 x 2 x 4 d^2); 54 d = LM head (2 x 27 d);
+(sequence b of length L_b has P_b = L_b - 1 live positions; position t attends to t + 1 keys; L layers,
+V tokens):
+    forward  = sum_b P_b * (L * 24 d^2 + 2 V d) + L * 4 d * sum_b P_b (P_b + 1) / 2
+        24 d^2 = Q, K, V, O projections (4 x 2 d^2) + FFN (2 x 2 x 4 d^2); 2 V d = LM head (54 d at V = 27);
         4 d per (query, key) pair = scores (2 d) + weighted sum of values (2 d), summed over heads
     backward = 2 x forward (input gradients and weight gradients of every matmul)
     Adam     = 12 x n_params (nominal elementwise count)
@@ -28,7 +29,7 @@ from .backend import TrainState
 from .config import PRESETS, TrainConfig, preset
 from .data import BatchSampler, Dataset
 from .errors import BackendSelectionError
-from .model import ModelShape, default_heads, init_params
+from .model import DEFAULT_CONTEXT, NAMES_VOCAB, ModelShape, default_heads, init_params
 from .optim import lr_schedule
 from .precision import FP32
 from .registry import BackendEntry, BackendRegistry, open_session
@@ -42,12 +43,44 @@ BENCH_STREAM = 4  # batch stream of the benchmark: independent of the training s
 
 def step_flops(shape: ModelShape, lengths: np.ndarray) -> np.ndarray:
     """Analytic FLOPs of each step for lengths [n, B] (see the module docstring)."""
-    d = shape.d_model
+    d, layers = shape.d_model, shape.n_layers
     live = lengths.astype(np.float64) - 1.0
     positions = live.sum(axis=-1)
     pairs = (live * (live + 1.0) / 2.0).sum(axis=-1)
-    forward = positions * (24 * d * d + 54 * d) + 4 * d * pairs
+    forward = positions * (layers * 24 * d * d + 2 * shape.vocab * d) + layers * 4 * d * pairs
     return 3.0 * forward + ADAM_FLOPS_PER_PARAM * shape.n_params
+
+
+@dataclass(frozen=True)
+class Form:
+    """Everything of a benchmarked shape except its width: layers, vocabulary and context (the names' by
+    default; other vocabularies and contexts run on synthetic_data)."""
+
+    n_layers: int = 1
+    vocab: int = NAMES_VOCAB
+    context: int = DEFAULT_CONTEXT
+
+    def shape(self, d_model: int) -> ModelShape:
+        return ModelShape(d_model, heads_for(d_model), self.n_layers, self.vocab, self.context)
+
+    @property
+    def uses_names(self) -> bool:
+        return self.vocab == NAMES_VOCAB and self.context == DEFAULT_CONTEXT
+
+
+def synthetic_data(form: Form, n: int = 4096, seed: int = 0) -> Dataset:
+    """n names of random symbols with lengths uniform in 1..context (every row is filled to its length; the
+    live positions then average about context / 2 + 1), for vocabularies and contexts the names file lacks."""
+    rng = np.random.default_rng([seed, BENCH_STREAM])
+    shape = form.shape(16)
+    tokens = np.zeros((n, shape.seq_len), np.uint8)
+    lengths = np.empty(n, np.uint8)
+    for i in range(n):
+        chars = int(rng.integers(1, form.context + 1))
+        row = [shape.boundary, *rng.integers(0, shape.boundary, chars).tolist(), shape.boundary][: shape.seq_len]
+        tokens[i, : len(row)] = row
+        lengths[i] = len(row)
+    return Dataset(tokens, lengths)
 
 
 @dataclass
@@ -67,11 +100,19 @@ class BenchRow:
     threads: int = 1  # threads per step the session used
     precision: str = FP32  # the backend's BackendSpec.precision
     error: str | None = None  # the backend failed on this cell; the numbers are NaN
+    n_layers: int = 1
+    vocab: int = NAMES_VOCAB
+    context: int = DEFAULT_CONTEXT
+
+    @property
+    def us_per_live_position(self) -> float:
+        return self.us_per_step / self.live_positions if self.live_positions else float("nan")
 
 
 def failed_row(backend: str, shape: ModelShape, batch: int, error: str) -> BenchRow:
     nan = float("nan")
-    return BenchRow(backend, shape.d_model, shape.n_heads, batch, nan, nan, nan, nan, None, nan, 0, 0, error=error)
+    return BenchRow(backend, shape.d_model, shape.n_heads, batch, nan, nan, nan, nan, None, nan, 0, 0, error=error,
+                    n_layers=shape.n_layers, vocab=shape.vocab, context=shape.context)
 
 
 def heads_for(d_model: int) -> int:
@@ -87,7 +128,7 @@ def time_steps(
     *,
     repeats: int = 5,
     target_s: float = 0.3,
-    peak: float | None = None,
+    peaks: dict[str, float] | None = None,
     seed: int = 0,
     threads: int | None = None,
 ) -> BenchRow:
@@ -122,6 +163,7 @@ def time_steps(
     lengths_all = np.concatenate(lengths_seen)
     us = 1e6 * statistics.median(times)
     gflops = float(step_flops(shape, lengths_all).mean()) / (us * 1e3)
+    peak = (peaks or {}).get(precision_of(entry))  # the peak of what this backend computes in
     return BenchRow(
         backend=entry.name,
         d_model=shape.d_model,
@@ -137,6 +179,9 @@ def time_steps(
         repeats=repeats,
         threads=threads_used,
         precision=precision_of(entry),
+        n_layers=shape.n_layers,
+        vocab=shape.vocab,
+        context=shape.context,
     )
 
 
@@ -173,9 +218,10 @@ def measure(
     cells: Iterable[Cell],
     data: Dataset,
     *,
-    peak: float | None = None,
+    peaks: dict[str, float] | None = None,
     repeats: int = 5,
     target_s: float = 0.3,
+    form: Form = Form(),
 ) -> tuple[list[BenchRow], list[str]]:
     """Time each (backend, d_model, batch, threads) cell that the backend supports; a note for each it does not.
 
@@ -187,7 +233,7 @@ def measure(
     one_thread: set[str] = set()  # backends seen running a request for more threads on one
     done: set[tuple[str, int, int, int]] = set()
     for entry, d, batch, threads in cells:
-        shape = ModelShape(d, heads_for(d))
+        shape = form.shape(d)
         reason = entry.spec.unsupported_reason(shape, batch) if entry.spec else "no spec"
         if reason:
             if (entry.name, d, batch) not in skipped:
@@ -197,7 +243,7 @@ def measure(
         if entry.name in one_thread and (entry.name, d, batch, 1) in done:
             continue  # the same one-thread cell again
         try:
-            row = time_steps(entry, shape, batch, data, repeats=repeats, target_s=target_s, peak=peak,
+            row = time_steps(entry, shape, batch, data, repeats=repeats, target_s=target_s, peaks=peaks,
                              threads=threads)
         except Exception as exc:
             rows.append(failed_row(entry.name, shape, batch, f"{type(exc).__name__}: {exc}"))

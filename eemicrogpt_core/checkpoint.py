@@ -3,7 +3,12 @@
 Arrays: params, adam_m, adam_v in the shared parameter layout, kept in the session's float dtype (float32,
 or float64 for float64 runs) so that a resume is bit-exact. `meta` holds JSON: the step, the
 total steps the LR schedule spans, the batch sampler's generator state, the resolved config, the recent
-train losses (so the rolling mean continues too), the sha256 of the names file and the software versions.
+train losses (so the rolling mean continues too), the sha256 of the names file, the software versions and
+(format 3) the vocabulary's symbols; the model's shape is the saved config's with that vocabulary.
+
+Formats 1 and 2 predate symbol tables and per-layer shapes: they load as the makemore names' vocabulary
+(a-z), one layer and context 15 (their 16-token rows held at most 15 predictions; the never-trained 16th
+position row, whose Adam moments are zero, is dropped), so a resume continues exactly as before.
 
 Reading trusts nothing in the file: every .npy header inside the zip is checked (dtype, shape against the
 saved config) before its data is read, so a small file cannot make the reader allocate gigabytes, and every
@@ -29,11 +34,14 @@ from .atomic import atomic_write_bytes
 from .backend import TrainState
 from .config import MAX_STEPS, TrainConfig, build_config
 from .data import sampler_state_problem
-from .errors import CheckpointError, ConfigError
+from .errors import CheckpointError, ConfigError, DataError
+from .model import ModelShape
+from .vocab import Vocabulary
 
 FORMAT = "eemicrogpt-checkpoint"
-VERSION = 2  # 2 added data_sha256 and versions; version 1 files are still read
-READABLE_VERSIONS = (1, 2)
+VERSION = 3  # 3 added symbols, n_layers and context; 2 added data_sha256 and versions
+READABLE_VERSIONS = (1, 2, 3)
+LEGACY_CONTEXT = 15  # formats 1-2: rows of 16 tokens, boundaries included
 _ARRAYS = ("params", "adam_m", "adam_v")
 _FLOATS = (np.dtype("<f4"), np.dtype("<f8"))
 MAX_META_BYTES = 1 << 20  # the JSON is a few KB; a bigger meta member is not ours
@@ -46,10 +54,15 @@ class Checkpoint:
     total_steps: int
     sampler_state: dict[str, Any]
     config: TrainConfig
+    vocab: Vocabulary
     recent_losses: list[float] = field(default_factory=list)
     backend: str = ""
     data_sha256: str = ""  # of the names file's bytes; "" in version 1 files
     versions: dict[str, str] = field(default_factory=dict)  # software that wrote it (informational)
+
+    @property
+    def shape(self) -> ModelShape:
+        return self.config.model_shape(self.vocab.size)
 
 
 def software_versions(backend_version: str = "") -> dict[str, str]:
@@ -76,6 +89,7 @@ def save_checkpoint(path: Path, ckpt: Checkpoint) -> None:
         "backend": ckpt.backend,
         "data_sha256": ckpt.data_sha256,
         "versions": ckpt.versions,
+        "symbols": list(ckpt.vocab.symbols),
     }
     buf = io.BytesIO()
     arrays = {name: _float_array(getattr(ckpt.state, name)) for name in _ARRAYS}
@@ -167,6 +181,22 @@ def _checked(meta: dict[str, Any]) -> tuple[int, int, dict[str, Any], list[float
     return step, total, sampler_state, [float(x) for x in recent]
 
 
+def _vocab_field(meta: dict[str, Any]) -> Vocabulary:
+    symbols = meta.get("symbols")
+    if not isinstance(symbols, list) or not all(isinstance(ch, str) for ch in symbols):
+        raise CheckpointError("symbols must be a list of characters")
+    try:
+        return Vocabulary(tuple(symbols))
+    except DataError as e:
+        raise CheckpointError(f"damaged symbol table ({e})") from None
+
+
+def _drop_legacy_position(stored: ModelShape, flat: np.ndarray) -> np.ndarray:
+    """A format 1-2 buffer without its last pos_emb row (position 15, which no 16-token row could train)."""
+    row = stored.offsets["pos_emb"] + LEGACY_CONTEXT * stored.d_model
+    return np.delete(flat, np.s_[row : row + stored.d_model])
+
+
 def _read(path: Path) -> Checkpoint:
     with zipfile.ZipFile(path) as zf:
         missing = [k for k in ("meta", *_ARRAYS) if f"{k}.npy" not in zf.namelist()]
@@ -175,14 +205,25 @@ def _read(path: Path) -> Checkpoint:
         meta = _parse_meta(_meta_text(zf))
         if not isinstance(meta.get("config"), dict):
             raise CheckpointError("the saved config is missing or not a mapping")
+        legacy = meta["version"] < 3
+        saved_config = dict(meta["config"], context=LEGACY_CONTEXT) if legacy else meta["config"]
         try:
-            config = build_config([(f"{path} (saved config)", meta["config"])])
+            config = build_config([(f"{path} (saved config)", saved_config)])
         except ConfigError as e:
             raise CheckpointError(str(e)) from None
+        vocab = Vocabulary.names() if legacy else _vocab_field(meta)
         step, total, sampler_state, recent = _checked(meta)
-        n = config.shape.n_params
-        describe = f"for d_model {config.d_model}"
+        try:
+            shape = config.model_shape(vocab.size)
+        except ValueError as e:
+            raise CheckpointError(f"the saved shape is impossible: {e}") from None
+        stored = ModelShape(shape.d_model, shape.n_heads, shape.n_layers, shape.vocab, LEGACY_CONTEXT + 1) \
+            if legacy else shape
+        n = stored.n_params
+        describe = f"for {stored.describe()}"
         arrays = {name: _read_member(zf, f"{name}.npy", ((n,), _FLOATS), describe) for name in _ARRAYS}
+        if legacy:
+            arrays = {name: _drop_legacy_position(stored, a) for name, a in arrays.items()}
     for name, array in arrays.items():
         if not np.all(np.isfinite(array)):
             raise CheckpointError(f"{name} holds non-finite values (the run diverged before this save, or the file "
@@ -190,7 +231,7 @@ def _read(path: Path) -> Checkpoint:
     if np.any(arrays["adam_v"] < 0):
         raise CheckpointError("adam_v holds negative values (it is a mean of squares); the file was altered")
     state = TrainState(arrays["params"], arrays["adam_m"], arrays["adam_v"], step)
-    return Checkpoint(state, total, sampler_state, config, recent, meta.get("backend", ""),
+    return Checkpoint(state, total, sampler_state, config, vocab, recent, meta.get("backend", ""),
                       meta.get("data_sha256", ""), dict(meta.get("versions", {})))
 
 

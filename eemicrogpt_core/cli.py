@@ -10,6 +10,7 @@ import json
 import math
 import signal
 import sys
+import unicodedata
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -25,15 +26,16 @@ from .data import encode, read_names, split
 from .datafile import resolve_data_path
 from .errors import CheckpointError, ConfigError, EemicrogptError, describe_os_error
 from .limits import check_memory
-from .model import ModelShape
+from .model import DEFAULT_CONTEXT, NAMES_VOCAB, ModelShape
 from .paths import user_path
-from .precision import PRECISIONS
+from .precision import FP32, PRECISIONS
 from .progress import RichReporter
 from .registry import BackendRegistry, load_registry, peak_gflops
 from .rundir import RunDir
 from .sampling import generate
 from .trainer import PreparedData, TrainResult, prepare_data, train
 from .versions import version_report
+from .vocab import Vocabulary
 
 EXIT_USER_ERROR = 2
 MAX_SAMPLES = 10_000  # sample -n: the forward pass holds n x 16 positions of activations at once
@@ -125,7 +127,13 @@ def _summary(result: TrainResult, cfg: TrainConfig, console: Console) -> None:
         f"(mean of last 100), val loss {val}; {result.us_per_step:.1f} us/step, {result.steps_per_s:,.0f} steps/s",
         highlight=False,
     )
-    names = generate(result.state.params, cfg.shape, n=10, temperature=0.5, seed=cfg.seed)
+    c = result.contention
+    if c is not None and c.contended:
+        loads = ", ".join(f"{x:.1f}" for x in (c.load_start, c.load_end) if x is not None)
+        console.print(f"note: the machine was busy during this time-budget run ({c.slowdown:.2f}x the fastest "
+                      f"warm-up step, load average {loads or 'unknown'} on {c.cpus} CPUs): its step count is "
+                      "not a quiet machine's", highlight=False)
+    names = generate(result.state.params, result.shape, result.vocab, n=10, temperature=0.5, seed=cfg.seed)
     console.print("samples: " + ", ".join(names), highlight=False)
     if result.run_dir is not None:
         console.print(f"run directory: {result.run_dir}", highlight=False)
@@ -138,7 +146,8 @@ def _fresh_setup(
     cfg = load_config(user_path(config, "--config") if config else None, overrides)
     check_memory(cfg)
     cfg = dataclasses.replace(cfg, backend=resolve_backend(backend, cfg.backend))
-    registry.select(cfg.backend, cfg.shape, cfg.batch, cfg.dtype, cfg.precision)  # before any download: fail fast
+    # Before any download: fail fast (the names vocabulary stands in until the data is read).
+    registry.select(cfg.backend, cfg.model_shape(NAMES_VOCAB), cfg.batch, cfg.dtype, cfg.precision)
     cfg = dataclasses.replace(cfg, data=str(resolve_data_path(data, cfg.data)))
     prepared = prepare_data(cfg)
     run = RunDir.create(cfg.out, cfg)
@@ -177,8 +186,8 @@ def _resume_setup(
     if ckpt.state.step >= ckpt.total_steps:
         console.print(f"{run.path} already finished ({ckpt.total_steps:,} steps); nothing to resume")
         return None
-    chosen = registry.select(cfg.backend, cfg.shape, cfg.batch, cfg.dtype, cfg.precision).name
-    prepared = prepare_data(cfg)
+    chosen = registry.select(cfg.backend, ckpt.shape, cfg.batch, cfg.dtype, cfg.precision).name
+    prepared = prepare_data(cfg, ckpt.vocab)
     _check_same_data(ckpt, prepared, cfg, allow_data_change, console)
     if ckpt.backend and chosen != ckpt.backend:
         console.print(f"note: this run was trained on {ckpt.backend} and continues on {chosen}; the "
@@ -260,24 +269,61 @@ def train_cmd(
 def sample_cmd(
     run_dir: Annotated[Path, typer.Argument(help="a run directory written by `eemicrogpt train`")],
     n: Annotated[int, typer.Option("-n", "--num", help="how many names (1..10,000)")] = 20,
-    temperature: Annotated[float, typer.Option(help="sampling temperature (> 0; lower is more typical)")] = 0.5,
+    temperature: Annotated[
+        float, typer.Option(help="sampling temperature (>= 0; lower is more typical; 0 is greedy)")
+    ] = 0.5,
     seed: Annotated[int, typer.Option(help="sampling seed")] = 0,
+    prefix: Annotated[str, typer.Option(help="continue names that start with this text")] = "",
+    max_len: Annotated[
+        int | None, typer.Option(help="longest name in characters (default and upper bound: the model's context)")
+    ] = None,
+    unique: Annotated[bool, typer.Option("--unique", help="distinct names only (fewer when the model has "
+                                         "fewer to give)")] = False,
+    out: Annotated[Path | None, typer.Option(help="write the names to this new file (never overwritten)")] = None,
 ) -> None:
     """Generate names from a trained run."""
     if not 1 <= n <= MAX_SAMPLES:
         raise ConfigError(f"-n must be in 1..{MAX_SAMPLES:,}, got {n:,}")
-    if not (math.isfinite(temperature) and temperature > 0):
-        raise ConfigError(f"--temperature must be a finite number > 0, got {temperature}")
+    if not (math.isfinite(temperature) and temperature >= 0):
+        raise ConfigError(f"--temperature must be a finite number >= 0 (0: greedy), got {temperature}")
     if seed < 0:
         raise ConfigError(f"--seed must be >= 0, got {seed}")
+    target = user_path(out, "--out") if out is not None else None
+    if target is not None and (target.exists() or target.is_symlink()):
+        raise ConfigError(f"--out {target} already exists; choose a new file (samples never overwrite one)")
     ckpt = load_checkpoint(RunDir.existing(run_dir).checkpoint_path)
-    for name in generate(ckpt.state.params, ckpt.config.shape, n=n, temperature=temperature, seed=seed):
-        print(name)
+    names = generate(ckpt.state.params, ckpt.shape, ckpt.vocab, n=n, temperature=temperature, seed=seed,
+                     prefix=unicodedata.normalize("NFC", prefix), max_len=max_len, unique=unique)
+    if target is None:
+        for name in names:
+            print(name)
+        return
+    try:
+        with target.open("x", encoding="utf-8") as f:  # "x": fails rather than replace a file made meanwhile
+            f.write("".join(f"{name}\n" for name in names))
+    except OSError as e:
+        raise ConfigError(describe_os_error(e, "cannot write the samples")) from None
+    print(f"wrote {len(names)} names to {target}")
+
+
+@app.command("export")
+def export_cmd(
+    run_dir: Annotated[Path, typer.Argument(help="a run directory written by `eemicrogpt train`")],
+    out: Annotated[Path, typer.Option(help="the new file to write (never overwritten)")],
+    format: Annotated[str, typer.Option(help="safetensors (tensors by name, shape/config/vocabulary in the "
+                                        "metadata) or torch (a state dict for eemicrogpt_core.torch_model)")]
+    = "safetensors",
+) -> None:
+    """Write a run's weights for use elsewhere."""
+    from eemicrogpt.api import load
+
+    path = load(run_dir).export(out, format)
+    print(f"wrote {path} ({format})")
 
 
 def backends_report(registry: BackendRegistry) -> dict[str, Any]:
     default = TrainConfig()
-    auto = registry.auto_choice(default.shape, default.batch)
+    auto = registry.auto_choice(default.model_shape(NAMES_VOCAB), default.batch)
     per_size = {}
     for d in bench.SIZES:
         choice = registry.auto_choice(ModelShape(d, bench.heads_for(d)), default.batch)
@@ -294,6 +340,7 @@ def backends_report(registry: BackendRegistry) -> dict[str, Any]:
                 "score": e.score,
                 "precision": e.spec.precision if e.spec else None,
                 "description": e.spec.description if e.spec else "",
+                "envelope": e.spec.envelope if e.spec else "",
                 "also_provided_by": e.also_provided_by,
             }
             for e in registry.entries
@@ -312,10 +359,10 @@ def backends_cmd(as_json: Annotated[bool, typer.Option("--json", help="machine-r
         print(json.dumps(report, indent=2))
         return
     console = _wide_console()
-    table = Table("backend", "distribution", "version", "precision", "available", "score", "reason")
+    table = Table("backend", "distribution", "version", "precision", "available", "score", "shapes", "reason")
     for b in report["backends"]:
         table.add_row(b["name"], b["distribution"], b["version"], b["precision"] or "-",
-                      "yes" if b["available"] else "no", str(b["score"]), b["reason"])
+                      "yes" if b["available"] else "no", str(b["score"]), b["envelope"] or "-", b["reason"])
     console.print(table)
     sizes = ", ".join(f"d{d}: {name or 'none'}" for d, name in report["auto_by_d_model"].items())
     if report["auto"]:
@@ -342,8 +389,11 @@ def _pct(value: float | None) -> str:
 
 
 def _speed_table(title: str, rows: list[bench.BenchRow]) -> Table:
+    if rows:
+        r0 = rows[0]
+        title += f" ({r0.n_layers} layer{'s' if r0.n_layers > 1 else ''}, vocab {r0.vocab}, context {r0.context})"
     table = Table("backend", "threads", "precision", "d_model", "heads", "batch", "us/step", "us/sample", "steps/s",
-                  "GFLOP/s", "% peak", "live pos", title=title)
+                  "GFLOP/s", "% peak", "live pos", "us/live pos", title=title)
     for r in rows:
         if r.error is not None:
             table.add_row(r.backend, str(r.threads), r.precision, str(r.d_model), str(r.n_heads), str(r.batch),
@@ -352,7 +402,7 @@ def _speed_table(title: str, rows: list[bench.BenchRow]) -> Table:
         table.add_row(r.backend, str(r.threads), r.precision, str(r.d_model), str(r.n_heads), str(r.batch),
                       f"{r.us_per_step:,.1f}",
                       f"{r.us_per_sample:,.2f}", f"{r.steps_per_s:,.0f}", f"{r.gflops:.2f}", _pct(r.pct_peak),
-                      f"{r.live_positions:.0f}")
+                      f"{r.live_positions:.0f}", f"{r.us_per_live_position:.2f}")
     return table
 
 
@@ -378,16 +428,21 @@ def bench_cmd(
              "cores available)")] = None,
     precision: Annotated[str | None, typer.Option(help="only backends computing in this precision: fp32, bf16 or "
                                                   "fp16 (default: every available one)")] = None,
+    n_layers: Annotated[int, typer.Option(help="layers of the benchmarked model")] = 1,
+    vocab: Annotated[int | None, typer.Option(help="vocabulary size (default: the names file's 27; another "
+                                              "size or --context runs on synthetic names)")] = None,
+    context: Annotated[int | None, typer.Option(help="predictions per name (default 16)")] = None,
 ) -> None:
     """Median us/step, us/sample, steps/s, GFLOP/s and % of FP32 peak (of the cores used) per backend and size."""
     sizes = tuple(d_model) if d_model else bench.SIZES
+    form = bench.Form(n_layers, vocab or NAMES_VOCAB, context or DEFAULT_CONTEXT)
     for d in sizes:
         if d > MAX_D_MODEL:
             raise ConfigError(f"--d-model {d}: must be <= {MAX_D_MODEL}")
         try:
-            ModelShape(d, bench.heads_for(d))
+            form.shape(d)
         except ValueError as e:
-            raise ConfigError(f"--d-model {d}: {e}") from None
+            raise ConfigError(f"--d-model {d} with --n-layers/--vocab/--context: {e}") from None
     if not 1 <= repeats <= MAX_BENCH_REPEATS:
         raise ConfigError(f"--repeats must be in 1..{MAX_BENCH_REPEATS}, got {repeats}")
     for flag, value, bound in (("--seconds", seconds, MAX_BENCH_SECONDS), ("--loss-at", loss_at, MAX_BENCH_SECONDS),
@@ -405,28 +460,39 @@ def bench_cmd(
     data_path = resolve_data_path(data, None)
     base = TrainConfig(data=str(data_path))
     names = read_names(data_path)
-    train_set, val_set = split(encode(names.names)[0], base.val_fraction, base.seed)
-    measured = None if peak_gflops_ else peak_gflops(registry)  # the user's figure wins over any plugin's
-    peak = peak_gflops_ or (measured.gflops if measured else None)
-    peak_source = "--peak-gflops" if peak_gflops_ else (f"measured by {measured.source}" if measured else None)
+    vocab_table = Vocabulary.from_names(names.names)
+    parts = split(encode(names.names, vocab_table, base.context)[0], base.val_fraction, base.seed)
+    train_set = parts.train if form.uses_names else bench.synthetic_data(form)
+    # Each backend is compared with the peak of the precision it computes in; the user's FP32 figure wins.
+    peaks: dict[str, float] = {}
+    peak_sources: dict[str, str] = {}
+    for prec in dict.fromkeys(bench.precision_of(e) for e in entries):
+        if prec == FP32 and peak_gflops_:
+            peaks[prec], peak_sources[prec] = peak_gflops_, "--peak-gflops"
+            continue
+        measured = peak_gflops(registry, precision=prec)
+        if measured is not None:
+            peaks[prec], peak_sources[prec] = measured.gflops, f"measured by {measured.source}"
     console = _wide_console(stderr=as_json)
     console.print(f"timing {', '.join(e.name for e in entries)} at d_model {', '.join(map(str, sizes))} ...")
-    timing = {"peak": peak, "repeats": repeats, "target_s": seconds}
-    rows, notes = bench.measure(bench.speed_cells(entries, sizes, threads=thread_counts), train_set, **timing)
+    timing = {"peaks": peaks, "repeats": repeats, "target_s": seconds}
+    rows, notes = bench.measure(bench.speed_cells(entries, sizes, threads=thread_counts), train_set, form=form,
+                                **timing)
     scaling: list[bench.BenchRow] = []
     losses: list[bench.LossRow] = []
     best = bench.best_backend(registry, backend, sizes, precision) if (batch_scaling or loss_at) else None
     if batch_scaling and best is not None:
         console.print(f"batch scaling on {best.name} ...")
-        scaling, more = bench.measure(bench.scaling_cells(best, sizes, threads=thread_counts), train_set, **timing)
+        scaling, more = bench.measure(bench.scaling_cells(best, sizes, threads=thread_counts), train_set, form=form,
+                                      **timing)
         notes += more
     if loss_at is not None and best is not None:
         console.print(f"loss within {loss_at:g} s on {best.name} ...")
-        prepared = PreparedData(train_set, val_set, 0, 0)
+        prepared = PreparedData(parts.train, parts.validation, 0, 0, vocab_table)
         losses = bench.loss_at(registry, best, sizes, prepared, str(data_path), loss_at, thread_counts[-1])
     if as_json:
         payload = bench.as_json(speed=rows, batch_scaling=scaling, loss_at=losses, notes=notes,
-                                peak_gflops=peak, peak_source=peak_source, flops_formula=bench.__doc__)
+                                peak_gflops=peaks, peak_source=peak_sources, flops_formula=bench.__doc__)
         print(json.dumps(payload, indent=2))
         _exit_if_failed([*rows, *scaling, *losses], console)
         return
@@ -444,8 +510,14 @@ def bench_cmd(
             table.add_row(r.backend, str(r.d_model), f"{r.lr:g}", f"{r.steps:,}", f"{r.us_per_step:,.1f}",
                           f"{r.train_loss:.4f}", val)
         console.print(table)
-    console.print(f"FP32 peak: {peak:.1f} GFLOP/s per core ({peak_source}); % peak is of threads x this" if peak else
-                  "FP32 peak: unknown (no plugin measures it here; pass --peak-gflops to get % of peak)")
+    for prec in dict.fromkeys(r.precision for r in rows):
+        if prec in peaks:
+            console.print(f"{prec} peak: {peaks[prec]:.1f} GFLOP/s per core ({peak_sources[prec]}); % peak of a "
+                          f"{prec} backend is of threads x this", highlight=False)
+        else:
+            hint = "; pass --peak-gflops" if prec == FP32 else ""
+            console.print(f"{prec} peak: unknown (no plugin measures it here{hint}): no % of peak for {prec} rows",
+                          highlight=False)
     for note in notes:
         console.print(note, highlight=False)
     _exit_if_failed([*rows, *scaling, *losses], console)

@@ -19,8 +19,9 @@ from typing import Any
 
 import yaml
 
+from .abi import MAX_CONTEXT, MAX_LAYERS
 from .errors import ConfigError
-from .model import ModelShape, default_heads
+from .model import DEFAULT_CONTEXT, ModelShape, default_heads
 from .precision import PRECISIONS
 
 DTYPES = ("float32", "float64", "float16")
@@ -47,6 +48,9 @@ class TrainConfig:
     # time) 2.02-2.03, d64 for 20k steps at 0.003 2.01. The seed's 0.002 for its longer d64 runs held up.
     d_model: int = 64
     n_heads: int = default_heads(64)
+    n_layers: int = 1
+    context: int = DEFAULT_CONTEXT  # predictions per name (microgpt's block_size); longer names are truncated
+    lowercase: bool = False  # fold case before the vocabulary is built
     batch: int = 16
     steps: int = 40000
     time_budget: float | None = None  # seconds; when set, the steps that fit replace `steps`
@@ -66,9 +70,9 @@ class TrainConfig:
     # run in its own; "bf16"/"fp16" make `auto` pick the best such backend; a named backend must match it.
     precision: str | None = None
 
-    @property
-    def shape(self) -> ModelShape:
-        return ModelShape(self.d_model, self.n_heads)
+    def model_shape(self, vocab: int) -> ModelShape:
+        """The model this config trains on data whose vocabulary has `vocab` tokens."""
+        return ModelShape(self.d_model, self.n_heads, self.n_layers, vocab, self.context)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -98,6 +102,9 @@ def preset(d_model: int) -> TrainConfig:
 _FIELD_TYPES: dict[str, tuple[type, ...]] = {
     "d_model": (int,),
     "n_heads": (int,),
+    "n_layers": (int,),
+    "context": (int,),
+    "lowercase": (bool,),
     "batch": (int,),
     "steps": (int,),
     "time_budget": (float, type(None)),
@@ -159,8 +166,12 @@ def _check_values(cfg: TrainConfig, sources: Mapping[str, str]) -> None:
         fail("time_budget", f"must be a positive number of seconds up to {MAX_TIME_BUDGET:,.0f}, got {cfg.time_budget}")
     if cfg.seed < 0:
         fail("seed", f"must be >= 0, got {cfg.seed}")
-    if not 0.0 < cfg.val_fraction < 1.0:  # also false for NaN
-        fail("val_fraction", f"must be between 0 and 1 (exclusive), got {cfg.val_fraction}")
+    if not 0.0 <= cfg.val_fraction < 1.0:  # also false for NaN
+        fail("val_fraction", f"must be in [0, 1) (0: no validation split), got {cfg.val_fraction}")
+    if not 1 <= cfg.n_layers <= MAX_LAYERS:
+        fail("n_layers", f"must be 1..{MAX_LAYERS}, got {cfg.n_layers}")
+    if not 1 <= cfg.context <= MAX_CONTEXT:
+        fail("context", f"must be 1..{MAX_CONTEXT}, got {cfg.context}")
     if cfg.threads is not None and cfg.threads < 1:
         fail("threads", f"must be >= 1 (or null for the physical cores), got {cfg.threads}")
     if cfg.dtype not in DTYPES:

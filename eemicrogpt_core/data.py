@@ -1,11 +1,14 @@
 """Names file -> token arrays, the seeded train/validation split and the seeded batch sampler.
 
 Every backend receives identical batches for the same seed because all of them are prepared here.
+A name is one line of the file, NFC-normalised, stripped of surrounding whitespace; its characters are
+the vocabulary's symbols (vocab.py). Lines split on "\n" only (a U+2028 inside a name is a character).
 """
 
 from __future__ import annotations
 
 import hashlib
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -13,10 +16,9 @@ from typing import Any
 import numpy as np
 
 from .errors import DataError
-from .model import BOUNDARY, MAX_SEQ
+from .vocab import Vocabulary, _show
 
 PAD = 0  # value of padding positions; backends never read them, a fixed value keeps inputs identical
-_ALPHABET = frozenset("abcdefghijklmnopqrstuvwxyz")
 
 
 @dataclass
@@ -25,13 +27,13 @@ class NameSet:
 
     names: list[str]
     source: str
-    n_dropped: int = 0  # lines with a character outside a-z (only with drop_invalid=True)
+    n_dropped: int = 0  # lines dropped with drop_invalid (a control character, or outside a fixed vocabulary)
     sha256: str = ""  # of the file's bytes (read_names), the fingerprint checkpoints keep
 
 
 @dataclass
 class Dataset:
-    """Encoded names: tokens uint8 [N, MAX_SEQ] and lengths uint8 [N] (2..MAX_SEQ)."""
+    """Encoded names: tokens uint8 [N, context + 1] and lengths uint8 [N] (2..context + 1)."""
 
     tokens: np.ndarray
     lengths: np.ndarray
@@ -43,30 +45,47 @@ class Dataset:
         return Dataset(self.tokens[index], self.lengths[index])
 
 
-def parse_names(lines: list[str], source: str, *, drop_invalid: bool = False) -> NameSet:
-    """Clean lines: strip, skip blanks, case fold, and reject (or drop) characters outside a-z."""
+def clean_name(raw: str, *, lowercase: bool = False) -> str:
+    """One line as a name: NFC-normalised, surrounding whitespace removed, case folded only when asked
+    (str.lower, which keeps ß as ß)."""
+    name = unicodedata.normalize("NFC", raw.strip())
+    return name.lower() if lowercase else name
+
+
+def _control_char(name: str) -> str | None:
+    return next((ch for ch in name if unicodedata.category(ch) == "Cc"), None)
+
+
+def parse_names(lines: list[str], source: str, *, drop_invalid: bool = False, lowercase: bool = False,
+                vocab: Vocabulary | None = None) -> NameSet:
+    """Clean lines: strip, skip blanks, NFC, optionally lowercase. Control characters (tab, NUL...) are
+    refused, as are characters outside `vocab` when one is given (a resumed run's table); with drop_invalid
+    such lines are skipped and counted instead."""
     names: list[str] = []
     dropped = 0
     for lineno, raw in enumerate(lines, start=1):
-        name = raw.strip().casefold()
+        name = clean_name(raw, lowercase=lowercase)
         if not name:
             continue
-        bad = next((ch for ch in name if ch not in _ALPHABET), None)
-        if bad is not None:
+        bad = _control_char(name)
+        problem = f"control character {_show(bad)}" if bad is not None else None
+        if problem is None and vocab is not None:
+            bad = vocab.unknown(name)
+            if bad is not None:
+                problem = f"character {bad!r} ({_show(bad)}) is not in the checkpoint's vocabulary"
+        if problem is not None:
             if drop_invalid:
                 dropped += 1
                 continue
-            raise DataError(
-                f"{source}:{lineno}: character {bad!r} is outside a-z "
-                "(pass drop_invalid / --drop-invalid to skip such lines)"
-            )
+            raise DataError(f"{source}:{lineno}: {problem} (pass drop_invalid / --drop-invalid to skip such lines)")
         names.append(name)
     if not names:
         raise DataError(f"{source}: no names found (the file is empty or every line was dropped)")
     return NameSet(names, source, dropped)
 
 
-def read_names(path: str | Path, *, drop_invalid: bool = False) -> NameSet:
+def read_names(path: str | Path, *, drop_invalid: bool = False, lowercase: bool = False,
+               vocab: Vocabulary | None = None) -> NameSet:
     """Read and clean a UTF-8 names file, one name per line."""
     path = Path(path)
     try:
@@ -80,39 +99,54 @@ def read_names(path: str | Path, *, drop_invalid: bool = False) -> NameSet:
     except UnicodeDecodeError as e:
         lineno = raw.count(b"\n", 0, e.start) + 1
         raise DataError(f"{path}:{lineno}: not valid UTF-8 (byte {raw[e.start]:#04x})") from None
-    names = parse_names(text.splitlines(), str(path), drop_invalid=drop_invalid)
+    names = parse_names(text.split("\n"), str(path), drop_invalid=drop_invalid, lowercase=lowercase, vocab=vocab)
     names.sha256 = hashlib.sha256(raw).hexdigest()
     return names
 
 
-def encode(names: list[str]) -> tuple[Dataset, int]:
-    """[BOUNDARY] + chars + [BOUNDARY], truncated to MAX_SEQ tokens; padding positions hold PAD.
+def encode(names: list[str], vocab: Vocabulary, context: int) -> tuple[Dataset, int]:
+    """[boundary] + symbols + [boundary], truncated to context + 1 tokens; padding positions hold PAD.
 
-    Returns the dataset and how many names were truncated.
+    Returns the dataset and how many names were truncated (their later characters are not predicted).
     """
-    tokens = np.full((len(names), MAX_SEQ), PAD, dtype=np.uint8)
+    seq_len = context + 1
+    tokens = np.full((len(names), seq_len), PAD, dtype=np.uint8)
     lengths = np.empty(len(names), dtype=np.uint8)
     truncated = 0
+    b = vocab.boundary
     for i, name in enumerate(names):
-        seq = [BOUNDARY, *(ord(ch) - ord("a") for ch in name), BOUNDARY]
-        if len(seq) > MAX_SEQ:
+        seq = [b, *vocab.encode(name), b]
+        if len(seq) > seq_len:
             truncated += 1
-            seq = seq[:MAX_SEQ]
+            seq = seq[:seq_len]
         tokens[i, : len(seq)] = seq
         lengths[i] = len(seq)
     return Dataset(tokens, lengths), truncated
 
 
-def split(data: Dataset, val_fraction: float, seed: int) -> tuple[Dataset, Dataset]:
-    """Seeded shuffle, then the first ceil(val_fraction * N) names are validation."""
-    if not 0.0 < val_fraction < 1.0:
-        raise DataError(f"val_fraction must be between 0 and 1 (exclusive), got {val_fraction}")
+@dataclass
+class Split:
+    train: Dataset
+    validation: Dataset | None  # None: no validation (val_fraction 0)
+    note: str = ""  # one line when the split is not the plain one (too few names, or none asked for)
+
+
+def split(data: Dataset, val_fraction: float, seed: int) -> Split:
+    """Seeded shuffle, then the first ceil(val_fraction * N) names are validation.
+
+    val_fraction 0: no validation. Too few names to leave one for training (1 or 2 names at 10%): the
+    validation loss is measured on the training names, and the note says so."""
+    if not 0.0 <= val_fraction < 1.0:
+        raise DataError(f"val_fraction must be in [0, 1), got {val_fraction}")
     n = len(data)
+    if val_fraction == 0.0:
+        return Split(data, None, "no validation split (val_fraction 0): only the train loss is measured")
     n_val = int(np.ceil(val_fraction * n))
     if n_val >= n:
-        raise DataError(f"{n} names are too few to split off {val_fraction:.0%} for validation")
+        return Split(data, data, f"{n} names are too few to split off {val_fraction:.0%} for validation: the "
+                     "validation loss is measured on the training names")
     order = np.random.default_rng([seed, 1]).permutation(n)  # stream 1: independent of init and batches
-    return data.subset(order[n_val:]), data.subset(order[:n_val])
+    return Split(data.subset(order[n_val:]), data.subset(order[:n_val]))
 
 
 class BatchSampler:
@@ -128,7 +162,7 @@ class BatchSampler:
         self.rng = np.random.default_rng([seed, stream])
 
     def sample(self, n: int) -> tuple[np.ndarray, np.ndarray]:
-        """n batches: tokens uint8 [n, B, MAX_SEQ], lengths uint8 [n, B]."""
+        """n batches: tokens uint8 [n, B, context + 1], lengths uint8 [n, B]."""
         index = self.rng.integers(0, len(self.data), size=(n, self.batch))
         return self.data.tokens[index], self.data.lengths[index]
 

@@ -29,6 +29,11 @@ class BatchError(EemicrogptError, ValueError):
     """Arrays handed to a backend have the wrong dtype, shape or values."""
 
 
+class NonFiniteError(EemicrogptError, FloatingPointError):
+    """A backend computed a non-finite loss, gradient or parameter (native status EMG_ERR_NONFINITE, or
+    numpy_ref's floating-point check): the trainer treats it as divergence."""
+
+
 class StorageError(EemicrogptError):
     """The operating system refused a read or write (permissions, read-only or full disk, a missing folder)."""
 

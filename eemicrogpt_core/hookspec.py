@@ -32,3 +32,13 @@ def eemicrogpt_fp32_peak_gflops(seconds: float) -> float | None:
     The core asks only the plugin of the highest-scoring available backend (registry.peak_gflops), so no
     other plugin can replace the figure "% of peak" is computed against.
     """
+
+
+@hookspec(firstresult=True)
+def eemicrogpt_peak_gflops(precision: str, seconds: float) -> float | None:
+    """Optional: this core's single-thread peak GFLOP/s in `precision` ("fp32": FMA; "bf16": the bf16 dot
+    products, e.g. VDPBF16PS, counting 2 flops per multiply-add; "fp16": fp16 FMA), for `eemicrogpt bench`'s
+    "% of peak", which compares each backend with the peak of what it computes in. None: cannot measure here.
+    Asked only of the plugin of the highest-scoring available backend of that precision; a plugin without
+    it is asked eemicrogpt_fp32_peak_gflops for fp32.
+    """

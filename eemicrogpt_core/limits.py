@@ -9,21 +9,23 @@ from __future__ import annotations
 
 import os
 
+from .abi import MAX_VOCAB
 from .config import TrainConfig
 from .errors import ConfigError
-from .model import MAX_SEQ, VOCAB
 
 FLOAT_BYTES = 8  # float64 runs (and numpy_ref's float64 maths) are the worst case
 SAFE_FRACTION = 0.8  # of physical memory
 
 
-def estimated_bytes(cfg: TrainConfig) -> int:
-    shape = cfg.shape
+def estimated_bytes(cfg: TrainConfig, vocab: int = MAX_VOCAB) -> int:
+    """Checked before the data is read, so the vocabulary defaults to the largest one."""
+    shape = cfg.model_shape(vocab)
+    seq = shape.seq_len
     state = 3 * shape.n_params * FLOAT_BYTES * 4  # session, snapshot, checkpoint and its serialised copy
-    per_position = 12 * shape.d_model + 3 * shape.d_ff + 3 * shape.n_heads * MAX_SEQ + 3 * VOCAB
-    activations = 2 * cfg.batch * MAX_SEQ * per_position * FLOAT_BYTES  # forward values kept for backward
-    chunk = cfg.chunk_steps * cfg.batch * (MAX_SEQ + 1 + 8)  # tokens, lengths and the int64 sample index
-    evaluation = cfg.eval_batches * cfg.batch * (MAX_SEQ + 1)
+    per_position = shape.n_layers * (12 * shape.d_model + 3 * shape.d_ff + 3 * shape.n_heads * seq) + 3 * vocab
+    activations = 2 * cfg.batch * seq * per_position * FLOAT_BYTES  # forward values kept for backward
+    chunk = cfg.chunk_steps * cfg.batch * (seq + 1 + 8)  # tokens, lengths and the int64 sample index
+    evaluation = cfg.eval_batches * cfg.batch * (seq + 1)
     losses = 2 * 4 * cfg.steps  # per-step float32 losses, and their concatenation at the end
     return state + activations + chunk + evaluation + losses
 

@@ -12,20 +12,37 @@ import functools
 import re
 import threading
 from collections.abc import Callable
-from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import cffi
 import numpy as np
 
+from .abi import ABI_VERSION, MAX_NATIVE_BATCH, get_include, header_constant, header_text, status_codes
 from .backend import BackendSession, SessionFactory, TrainState
-from .model import MAX_SEQ, ModelShape
+from .errors import NonFiniteError
+from .model import ModelShape
 
+__all__ = [
+    "ABI_VERSION",
+    "MAX_BATCH",
+    "NativeBackendError",
+    "NativeNonFiniteError",
+    "find_library",
+    "get_include",
+    "header_constant",
+    "header_text",
+    "library_supports",
+    "native_session_factory",
+]
+
+STATUS = status_codes()  # enum emg_status, read from the header
+MAX_BATCH = MAX_NATIVE_BATCH  # the largest max_batch any native session accepts
 _STATUS_MESSAGES = {
-    1: "invalid argument",
-    2: "unsupported shape or CPU",
-    3: "out of memory",
-    4: "non-finite loss or parameter",
+    STATUS["EMG_ERR_ARGUMENT"]: "invalid argument",
+    STATUS["EMG_ERR_UNSUPPORTED"]: "unsupported shape or CPU",
+    STATUS["EMG_ERR_NOMEM"]: "out of memory",
+    STATUS["EMG_ERR_NONFINITE"]: "non-finite loss or parameter",
 }
 
 
@@ -37,26 +54,8 @@ class NativeBackendError(RuntimeError):
         super().__init__(f"{call} failed: {_STATUS_MESSAGES.get(status, 'unknown error')} (status {status})")
 
 
-def get_include() -> str:
-    """The directory holding eemicrogpt.h, for building native backends against the ABI."""
-    return str(resources.files("eemicrogpt_core") / "include")
-
-
-@functools.cache
-def header_text() -> str:
-    return (Path(get_include()) / "eemicrogpt.h").read_text()
-
-
-def header_constant(name: str) -> int:
-    """The integer value of `#define name <int>` in eemicrogpt.h (the C side's constants, read not copied)."""
-    match = re.search(rf"^#define {re.escape(name)} (-?\d+)\b", header_text(), re.M)
-    if match is None:
-        raise RuntimeError(f"eemicrogpt.h does not define {name}")
-    return int(match.group(1))
-
-
-ABI_VERSION = header_constant("EMG_ABI_VERSION")
-MAX_BATCH = header_constant("EMG_MAX_BATCH")  # the largest max_batch any native session accepts
+class NativeNonFiniteError(NativeBackendError, NonFiniteError):
+    """EMG_ERR_NONFINITE: a loss, gradient or updated parameter is NaN or infinite."""
 
 
 # Probes run in worker threads (plugin_guard), so two first calls can race: one lock makes sure there is
@@ -87,18 +86,27 @@ def load_library(path: str):
 
 
 @functools.cache
-def _load_library(path: str):
+def _load_library(path: str) -> Any:
     ffi = _build_ffi()
     lib = ffi.dlopen(path)
-    version = lib.emg_abi_version()
+    version = lib.emg_abi_version()  # the one function whose signature every ABI version shares
     if version != ABI_VERSION:
-        raise RuntimeError(f"{path} implements ABI version {version}; this core needs {ABI_VERSION}")
+        raise RuntimeError(f"{Path(path).name} was built for native ABI version {version}; this eemicrogpt needs "
+                           f"version {ABI_VERSION}: rebuild or upgrade the backend")
     return lib
 
 
 def _check(call: str, status: int) -> None:
-    if status != 0:
+    if status == STATUS["EMG_ERR_NONFINITE"]:
+        raise NativeNonFiniteError(call, status)
+    if status != STATUS["EMG_OK"]:
         raise NativeBackendError(call, status)
+
+
+def shape_struct(ffi: cffi.FFI, shape: ModelShape) -> Any:
+    """An emg_shape for the library (owned by the returned cdata)."""
+    return ffi.new("emg_shape *", {"d_model": shape.d_model, "n_heads": shape.n_heads, "n_layers": shape.n_layers,
+                                   "vocab": shape.vocab, "context": shape.context})
 
 
 def _require(array: np.ndarray, dtype: type, shape: tuple[int, ...], what: str) -> np.ndarray:
@@ -117,7 +125,7 @@ class NativeSession(BackendSession):
         self.shape = shape
         self.max_batch = max_batch
         out = self._ffi.new("emg_session **")
-        _check("emg_create", self._lib.emg_create(shape.d_model, shape.n_heads, max_batch, out))
+        _check("emg_create", self._lib.emg_create(shape_struct(self._ffi, shape), max_batch, out))
         self._session = out[0]
 
     def _ptr(self, ctype: str, array: np.ndarray):
@@ -154,7 +162,7 @@ class NativeSession(BackendSession):
         if tokens.ndim != len(lead) + 2:
             raise ValueError(f"tokens must have {len(lead) + 2} dimensions, got shape {tokens.shape}")
         batch = tokens.shape[-2]
-        _require(tokens, np.uint8, (*lead, batch, MAX_SEQ), "tokens")
+        _require(tokens, np.uint8, (*lead, batch, self.shape.seq_len), "tokens")
         _require(lengths, np.uint8, (*lead, batch), "lengths")
         if not 1 <= batch <= self.max_batch:
             raise ValueError(f"batch {batch} is outside 1..{self.max_batch} for this session")
@@ -193,7 +201,7 @@ class NativeSession(BackendSession):
         except AttributeError:  # an optional export: older or single-threaded libraries lack it
             return 1
         status = set_threads(self._live(), int(n))
-        if status == 2:  # EMG_ERR_UNSUPPORTED
+        if status == STATUS["EMG_ERR_UNSUPPORTED"]:
             raise ValueError(f"this library cannot split a step across {n} threads")
         _check("emg_set_threads", status)
         return int(n)
@@ -240,7 +248,7 @@ def library_load_error(library_path: str | Path) -> str | None:
 
 
 def supports(library_path: str, shape: ModelShape) -> bool:
-    return bool(load_library(library_path).emg_supports(shape.d_model, shape.n_heads))
+    return bool(load_library(library_path).emg_supports(shape_struct(_ffi(), shape)))
 
 
 def library_supports(locate: Callable[[], str | Path | None]) -> Callable[[ModelShape], bool]:

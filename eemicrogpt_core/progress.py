@@ -17,13 +17,19 @@ def describe_run(info: RunInfo) -> str:
     what = f"resuming at step {info.start_step:,} of" if info.start_step else "training for"
     budget = f" (fit to a {cfg.time_budget:g} s budget)" if cfg.time_budget and not info.start_step else ""
     lines = [
-        f"backend {be.name} ({be.distribution}{version}); d_model {cfg.d_model}, n_heads {cfg.n_heads}, "
-        f"{cfg.shape.n_params:,} params, batch {cfg.batch}, lr {cfg.lr:g}, seed {cfg.seed}",
+        f"backend {be.name} ({be.distribution}{version}); {info.shape.describe()}, "
+        f"{info.shape.n_params:,} params, batch {cfg.batch}, lr {cfg.lr:g}, seed {cfg.seed}",
         f"{what} {info.total_steps:,} steps{budget}",
         f"data {cfg.data}: {info.n_train:,} train / {info.n_val:,} validation names"
-        + (f", {info.n_truncated} truncated to 16 tokens" if info.n_truncated else "")
-        + (f", {info.n_dropped} lines dropped (characters outside a-z)" if info.n_dropped else ""),
+        + (f", {info.n_truncated} longer than the context ({info.shape.context}) truncated" if info.n_truncated
+           else "")
+        + (f", {info.n_dropped} lines dropped" if info.n_dropped else ""),
+        f"vocabulary {info.vocab.describe()}",
     ]
+    if info.data_note:
+        lines.append(f"note: {info.data_note}")
+    if info.backend_note:
+        lines.append(f"note: {info.backend_note}")
     if info.run_dir is not None:
         lines.append(f"run directory {info.run_dir}")
     return "\n".join(lines)

@@ -3,17 +3,18 @@
 The numpy_ref backend trains with it, sampling.py generates with its forward pass, and the native backends'
 tests compare their gradients with it in float64. Adam's reference is optim.adam_update.
 
-The model (one transformer block, no biases, weights stored W[out][in], so `y = x @ W.T`):
+The model (microgpt's loop; no biases, weights stored W[out][in], so `y = x @ W.T`):
 
     x  = rms(tok_emb[tok] + pos_emb[t])
-    h  = rms(x);  q, k, v = Wq h, Wk h, Wv h
-    x  = x + Wo · causal_softmax_attention(q, k, v)      (per head, scale 1/sqrt(head_dim))
-    h  = rms(x);  x = x + Wf2 relu(Wf1 h)
-    logits = Wlm x
+    for each layer:
+        h  = rms(x);  q, k, v = Wq h, Wk h, Wv h
+        x  = x + Wo · causal_softmax_attention(q, k, v)      (per head, scale 1/sqrt(head_dim))
+        h  = rms(x);  x = x + Wf2 relu(Wf1 h)
+    logits = Wlm x                                           (no final norm)
     loss = mean cross-entropy over live positions (t <= len - 2 predicts token t + 1)
 
 with rms(x) = x / sqrt(mean(x^2) + 1e-5) and no gain. There are no Python loops over sequences, positions
-or heads.
+or heads (only over layers).
 
 Padding: position t of sequence b is live when t <= len_b - 2. Only live positions are computed: they are
 packed into N rows ([N, D] arrays) for everything except attention, which scatters them into a zero-padded
@@ -28,7 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .model import MAX_SEQ, RMS_EPS, VOCAB, ModelShape, views
+from .model import LAYER_TENSORS, RMS_EPS, ModelShape, layer_tensor, views
 
 
 @dataclass
@@ -63,7 +64,7 @@ class Batch:
 
 
 def prepare_batch(tokens: np.ndarray, lengths: np.ndarray) -> Batch:
-    """tokens uint8 [B, MAX_SEQ], lengths uint8 [B] (already validated) -> the packed live positions.
+    """tokens uint8 [B, context + 1], lengths uint8 [B] (already validated) -> the packed live positions.
 
     Only tokens at live positions (inputs) and right after them (targets) are read: padding never is.
     """
@@ -78,7 +79,7 @@ def prepare_batch(tokens: np.ndarray, lengths: np.ndarray) -> Batch:
 
 
 def prefix_batch(tokens: np.ndarray) -> Batch:
-    """Token prefixes [N, T] (T <= MAX_SEQ), every position live: the batch whose logits sampling reads.
+    """Token prefixes [N, T] (T <= context), every position live: the batch whose logits sampling reads.
 
     There are no targets (they are set to 0 and only the loss would read them).
     """
@@ -126,12 +127,13 @@ class StepModel:
         self.params, self.grads = params, grads
         self.p = views(shape, params)
         self.g = views(shape, grads)
-        # Wq, Wk, Wv are adjacent in the layout, so one [3D, D] view projects q, k and v in a single matmul.
-        self.p_qkv = self._qkv_view(params)
-        self.g_qkv = self._qkv_view(grads)
+        # Per layer, its tensors by their short names (Wq ... Wf2) plus "Wqkv": Wq, Wk, Wv are adjacent in the
+        # layout, so one [3D, D] view projects q, k and v in a single matmul.
+        self.layer_p = [self._layer_views(self.p, params, layer) for layer in range(shape.n_layers)]
+        self.layer_g = [self._layer_views(self.g, grads, layer) for layer in range(shape.n_layers)]
         self.scale = self.dtype.type(1.0 / np.sqrt(shape.head_dim))
         # Additive causal mask: position t attends to s <= t only.
-        upper = np.triu(np.ones((MAX_SEQ, MAX_SEQ), dtype=bool), k=1)
+        upper = np.triu(np.ones((shape.context, shape.context), dtype=bool), k=1)
         self.causal = np.where(upper, -np.inf, 0.0).astype(self.dtype)
 
     def weight_matmul(self, a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
@@ -148,14 +150,16 @@ class StepModel:
         model can round it at the backend's own scale."""
         return a @ b
 
-    def _qkv_view(self, flat: np.ndarray) -> np.ndarray:
+    def _layer_views(self, named: dict[str, np.ndarray], flat: np.ndarray, layer: int) -> dict[str, np.ndarray]:
         d = self.shape.d_model
-        start = self.shape.offsets["Wq"]
-        assert self.shape.offsets["Wv"] == start + 2 * d * d, "Wq, Wk, Wv must be adjacent in the layout"
-        return flat[start : start + 3 * d * d].reshape(3 * d, d)
+        out = {name: named[layer_tensor(layer, name)] for name in LAYER_TENSORS}
+        start = self.shape.offsets[layer_tensor(layer, "Wq")]
+        assert self.shape.offsets[layer_tensor(layer, "Wv")] == start + 2 * d * d, "Wq, Wk, Wv must be adjacent"
+        out["Wqkv"] = flat[start : start + 3 * d * d].reshape(3 * d, d)
+        return out
 
     # ---- forward ------------------------------------------------------------------------------------
-    def forward(self, batch: Batch) -> tuple[float, dict[str, np.ndarray]]:
+    def forward(self, batch: Batch) -> tuple[float, dict]:
         """The mean loss of the batch and every activation the backward pass needs ([N, ...] = packed rows)."""
         logits, cache = self.logits(batch)
         shifted = logits - logits.max(axis=-1, keepdims=True)
@@ -163,36 +167,40 @@ class StepModel:
         cache["log_probs"] = log_probs
         return -float(log_probs[np.arange(batch.n_live), batch.targets].mean()), cache
 
-    def logits(self, batch: Batch) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        """Logits [N, VOCAB] of the packed rows, and the activations the backward pass needs."""
-        p, n_heads, t = self.p, self.shape.n_heads, batch.n_positions
+    def logits(self, batch: Batch) -> tuple[np.ndarray, dict]:
+        """Logits [N, vocab] of the packed rows, and the activations the backward pass needs."""
+        p = self.p
+        x, r0 = rms_norm(p["tok_emb"][batch.inputs] + p["pos_emb"][batch.positions])  # [N, D]
+        cache: dict = {"x0": x, "r0": r0, "layers": []}
+        for w in self.layer_p:
+            layer_cache = self._layer_forward(batch, w, x)
+            cache["layers"].append(layer_cache)
+            x = layer_cache["x_out"]
+        cache["x_last"] = x
+        return self.weight_matmul(x, p["Wlm"].T), cache  # [N, vocab]
 
-        x0, r0 = rms_norm(p["tok_emb"][batch.inputs] + p["pos_emb"][batch.positions])  # [N, D]
-        h1, r1 = rms_norm(x0)
-
+    def _layer_forward(self, batch: Batch, w: dict[str, np.ndarray], x_in: np.ndarray) -> dict[str, np.ndarray]:
+        n_heads, t = self.shape.n_heads, batch.n_positions
+        h1, r1 = rms_norm(x_in)
         # Attention works on whole sequences: project the packed rows, then lay them out as [B, T].
-        qkv = batch.to_grid(self.weight_matmul(h1, self.p_qkv.T))  # [B, T, 3D]; dead positions are zero
+        qkv = batch.to_grid(self.weight_matmul(h1, w["Wqkv"].T))  # [B, T, 3D]; dead positions are zero
         q, k, v = (_heads(part, n_heads) for part in np.split(qkv, 3, axis=-1))  # [B, H, T, hd] each
         scores = self.attention_matmul(q, k.swapaxes(-1, -2)) * self.scale + self.causal[:t, :t]  # [B, H, T, T]
         scores -= scores.max(axis=-1, keepdims=True)
         probs_att = np.exp(scores)
         probs_att /= probs_att.sum(axis=-1, keepdims=True)
         att = batch.to_rows(_merge_heads(self.attention_matmul(probs_att, v)))  # [N, D]
-        x1 = x0 + self.weight_matmul(att, p["Wo"].T)
+        x_mid = x_in + self.weight_matmul(att, w["Wo"].T)
 
-        h2, r2 = rms_norm(x1)
-        pre = self.weight_matmul(h2, p["Wf1"].T)  # [N, 4D]
+        h2, r2 = rms_norm(x_mid)
+        pre = self.weight_matmul(h2, w["Wf1"].T)  # [N, 4D]
         hidden = np.maximum(pre, 0)
-        x2 = x1 + self.weight_matmul(hidden, p["Wf2"].T)
-
-        cache = dict(
-            x0=x0, r0=r0, h1=h1, r1=r1, q=q, k=k, v=v, probs_att=probs_att, att=att,
-            x1=x1, h2=h2, r2=r2, pre=pre, hidden=hidden, x2=x2,
-        )
-        return self.weight_matmul(x2, p["Wlm"].T), cache  # [N, VOCAB]
+        x_out = x_mid + self.weight_matmul(hidden, w["Wf2"].T)
+        return dict(h1=h1, r1=r1, q=q, k=k, v=v, probs_att=probs_att, att=att, h2=h2, r2=r2, pre=pre,
+                    hidden=hidden, x_out=x_out)
 
     # ---- backward -----------------------------------------------------------------------------------
-    def backward(self, batch: Batch, c: dict[str, np.ndarray]) -> None:
+    def backward(self, batch: Batch, c: dict) -> None:
         """Write d(loss)/d(params) into the gradient buffer (every element is overwritten).
 
         Weight gradients are sums over rows: dW = dy^T x for y = x W^T.
@@ -203,18 +211,29 @@ class StepModel:
         dlogits = np.exp(c["log_probs"])
         dlogits[np.arange(n), batch.targets] -= 1
         dlogits *= self.dtype.type(1.0 / n)
-        self.weight_matmul(dlogits.T, c["x2"], out=g["Wlm"])
-        dx2 = self.weight_matmul(dlogits, p["Wlm"])
+        self.weight_matmul(dlogits.T, c["x_last"], out=g["Wlm"])
+        dx = self.weight_matmul(dlogits, p["Wlm"])
 
-        # FFN: x2 = x1 + Wf2 relu(Wf1 h2).
-        self.weight_matmul(dx2.T, c["hidden"], out=g["Wf2"])
-        dpre = self.weight_matmul(dx2, p["Wf2"]) * (c["pre"] > 0)
-        self.weight_matmul(dpre.T, c["h2"], out=g["Wf1"])
-        dx1 = dx2 + rms_norm_backward(self.weight_matmul(dpre, p["Wf1"]), c["h2"], c["r2"])
+        for layer in reversed(range(self.shape.n_layers)):
+            dx = self._layer_backward(batch, self.layer_p[layer], self.layer_g[layer], c["layers"][layer], dx)
 
-        # Attention output projection: x1 = x0 + Wo att.
-        self.weight_matmul(dx1.T, c["att"], out=g["Wo"])
-        datt = _heads(batch.to_grid(self.weight_matmul(dx1, p["Wo"])), self.shape.n_heads)  # [B, H, T, hd]
+        # Embeddings: x0 = rms(tok_emb[tok] + pos_emb[t]). One-hot matmuls sum the rows sharing an index.
+        demb = rms_norm_backward(dx, c["x0"], c["r0"])
+        np.matmul(self._onehot(batch.inputs, self.shape.vocab).T, demb, out=g["tok_emb"])
+        np.matmul(self._onehot(batch.positions, self.shape.context).T, demb, out=g["pos_emb"])
+
+    def _layer_backward(self, batch: Batch, w: dict[str, np.ndarray], gw: dict[str, np.ndarray],
+                        c: dict[str, np.ndarray], dx_out: np.ndarray) -> np.ndarray:
+        """Given d(loss)/d(x_out) of one layer, write its weight gradients and return d(loss)/d(x_in)."""
+        # FFN: x_out = x_mid + Wf2 relu(Wf1 h2).
+        self.weight_matmul(dx_out.T, c["hidden"], out=gw["Wf2"])
+        dpre = self.weight_matmul(dx_out, w["Wf2"]) * (c["pre"] > 0)
+        self.weight_matmul(dpre.T, c["h2"], out=gw["Wf1"])
+        dx_mid = dx_out + rms_norm_backward(self.weight_matmul(dpre, w["Wf1"]), c["h2"], c["r2"])
+
+        # Attention output projection: x_mid = x_in + Wo att.
+        self.weight_matmul(dx_mid.T, c["att"], out=gw["Wo"])
+        datt = _heads(batch.to_grid(self.weight_matmul(dx_mid, w["Wo"])), self.shape.n_heads)  # [B, H, T, hd]
 
         # Softmax attention: att = P v with P = softmax(scale * q k^T + causal mask).
         probs_att = c["probs_att"]
@@ -225,15 +244,10 @@ class StepModel:
         dq = self.attention_matmul(dscores, c["k"])
         dk = self.attention_matmul(dscores.swapaxes(-1, -2), c["q"])
 
-        # Q, K, V projections from h1 = rms(x0), all three at once through the [3D, D] view.
+        # Q, K, V projections from h1 = rms(x_in), all three at once through the [3D, D] view.
         dqkv = batch.to_rows(np.concatenate([_merge_heads(dq), _merge_heads(dk), _merge_heads(dv)], axis=-1))
-        self.weight_matmul(dqkv.T, c["h1"], out=self.g_qkv)
-        dx0 = dx1 + rms_norm_backward(self.weight_matmul(dqkv, self.p_qkv), c["h1"], c["r1"])
-
-        # Embeddings: x0 = rms(tok_emb[tok] + pos_emb[t]). One-hot matmuls sum the rows sharing an index.
-        demb = rms_norm_backward(dx0, c["x0"], c["r0"])
-        np.matmul(self._onehot(batch.inputs, VOCAB).T, demb, out=g["tok_emb"])
-        np.matmul(self._onehot(batch.positions, MAX_SEQ).T, demb, out=g["pos_emb"])
+        self.weight_matmul(dqkv.T, c["h1"], out=gw["Wqkv"])
+        return dx_mid + rms_norm_backward(self.weight_matmul(dqkv, w["Wqkv"]), c["h1"], c["r1"])
 
     def _onehot(self, index: np.ndarray, size: int) -> np.ndarray:
         out = np.zeros((index.size, size), dtype=self.dtype)
@@ -248,7 +262,7 @@ class StepModel:
 
 def loss_and_grads(
     shape: ModelShape, params: np.ndarray, tokens: np.ndarray, lengths: np.ndarray, dtype: type = np.float64
-) -> tuple[float, np.ndarray, dict[str, np.ndarray]]:
+) -> tuple[float, np.ndarray, dict]:
     """Mean loss, flat gradient and activations of one batch, computed in `dtype` from a copy of params."""
     model = StepModel(shape, np.array(params, dtype=dtype))
     batch = prepare_batch(tokens, lengths)

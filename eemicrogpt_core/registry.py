@@ -18,6 +18,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from importlib import metadata
+from typing import Any
 
 import pluggy
 
@@ -139,6 +140,17 @@ class BackendRegistry:
         ]
         return max(candidates, key=lambda e: (e.score, e.name), default=None)
 
+    def fallback_note(self, chosen: BackendEntry, shape: ModelShape, batch: int, dtype: str = "float32") -> str | None:
+        """One line when `auto` settled for a backend below others available here that cannot run this shape
+        (e.g. numpy_ref for a width no native kernel has), naming them and why."""
+        precision = chosen.spec.precision if chosen.spec is not None else None
+        better = [e for e in self.available()
+                  if e.score > chosen.score and e.spec is not None and e.spec.precision == precision]
+        if not better:
+            return None
+        reasons = "; ".join(str(e.spec.unsupported_reason(shape, batch, dtype)) for e in better if e.spec)
+        return f"only {chosen.name} can run {shape.describe()} here ({reasons}); expect it to be slower"
+
     def select(
         self, requested: str | None, shape: ModelShape, batch: int, dtype: str = "float32",
         precision: str | None = None,
@@ -192,7 +204,7 @@ class BackendRegistry:
             reasons.append(f"{e.name}: {reason or 'never chosen automatically (score 0)'}")
         why = "; ".join(reasons)
         raise BackendSelectionError(
-            f"no available backend can run d_model={shape.d_model}, n_heads={shape.n_heads}, batch={batch}, "
+            f"no available backend can run {shape.describe()}, batch={batch}, "
             f"dtype={dtype}, precision={wanted(precision)} ({why})"
         )
 
@@ -363,30 +375,37 @@ class Peak:
     source: str  # who measured it
 
 
-def peak_gflops(registry: BackendRegistry, seconds: float = 0.3) -> Peak | None:
-    """This core's FP32 FMA peak, measured by the plugin of the best backend here, or None.
+def _call_peak_hook(registry: BackendRegistry, hook_name: str, plugin: str, args: dict[str, Any]) -> float | None:
+    assert registry.plugin_manager is not None
+    impls = [impl for impl in getattr(registry.plugin_manager.hook, hook_name).get_hookimpls()
+             if impl.plugin_name == plugin]
+    if not impls:
+        return None
+    impl = impls[0]
+    outcome = plugin_guard.call(lambda: impl.function(*(args[a] for a in impl.argnames)))
+    if outcome.error is not None or outcome.value is None or plugin_guard.peak_value_problem(outcome.value):
+        return None
+    return float(outcome.value)
 
-    Only one plugin is asked: the one providing the highest-scoring available backend (the backend that
-    runs this host's ISA best, hence the one whose microbenchmark knows it). Another plugin implementing the
-    hook is ignored, so installing a plugin cannot change the "% of peak" of the others; the answer must be
-    a finite positive number, and the call has the plugin deadline.
+
+def peak_gflops(registry: BackendRegistry, seconds: float = 0.3, precision: str = FP32) -> Peak | None:
+    """This core's peak in `precision` (FP32: FMA), measured by the plugin of the best backend of that
+    precision here, or None.
+
+    Only one plugin is asked: the one providing the highest-scoring available backend of that precision (the
+    backend that runs this host's ISA best, hence the one whose microbenchmark knows it). Another plugin
+    implementing the hook is ignored, so installing a plugin cannot change the "% of peak" of the others; the
+    answer must be a finite positive number, and the call has the plugin deadline.
     """
     if registry.plugin_manager is None:
         return None
     candidates = [e for e in registry.available() if e.score > 0 and not e.ambiguous and e.spec
-                  and e.spec.precision == FP32]  # an fp32 backend's plugin knows the FP32 FMA peak
+                  and e.spec.precision == precision]
     best = max(candidates, key=lambda e: (e.score, e.name), default=None)
     if best is None:
         return None
-    impls = [
-        impl for impl in registry.plugin_manager.hook.eemicrogpt_fp32_peak_gflops.get_hookimpls()
-        if impl.plugin_name == best.plugin
-    ]
-    if not impls:
-        return None
-    impl = impls[0]
-    args = {"seconds": seconds}
-    outcome = plugin_guard.call(lambda: impl.function(*(args[a] for a in impl.argnames)))
-    if outcome.error is not None or outcome.value is None or plugin_guard.peak_value_problem(outcome.value):
-        return None
-    return Peak(float(outcome.value), f"{best.distribution} (plugin of {best.name})")
+    value = _call_peak_hook(registry, "eemicrogpt_peak_gflops", best.plugin,
+                            {"precision": precision, "seconds": seconds})
+    if value is None and precision == FP32:
+        value = _call_peak_hook(registry, "eemicrogpt_fp32_peak_gflops", best.plugin, {"seconds": seconds})
+    return None if value is None else Peak(value, f"{best.distribution} (plugin of {best.name})")

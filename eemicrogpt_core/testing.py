@@ -12,12 +12,15 @@ validated session) and checked against numpy_ref (package eemicrogpt-backend-num
 batches of real names (`names_file()`: found as the program finds it, else a one-line failure). Every size,
 step count and tolerance is a class attribute so that slow environments (QEMU emulation) can shrink the work.
 
-The checks, per d_model in `d_models` (n_heads from `heads_for`):
+The checks, per d_model in `d_models` (n_heads from `heads_for`; one layer, the names' 27 tokens, context 16):
   loss and per-tensor gradients vs numpy_ref float64 (RMS and max relative error, printed); one Adam step
   from a state with Adam history (params, m, v, step); a `trajectory_steps` training run vs numpy_ref
   float64, checked in short windows restarted from the reference's own states plus a statistic of the
   whole run (see test_loss_trajectory_matches_reference); set_state/get_state round trip (exact, copies);
   determinism (bit-identical reruns); loss_and_grads leaves the state alone.
+Per shape of `shape_matrix` (other vocabularies, contexts, depths and widths, on synthetic names of that
+vocabulary whose lengths reach past the context): loss and gradients vs numpy_ref float64, a short training
+window vs float64, and bit-identical reruns.
 Once per class: every entry of BAD_INPUTS is rejected with a BatchError by the validated session, state
 untouched.
 The session contract (docs/writing-a-backend.md), per d_model: calls of 1, 2 and 3 steps end in the same
@@ -46,13 +49,14 @@ import pytest
 
 from .backend import TrainState
 from .datafile import find_names_file
-from .errors import BackendSelectionError, BatchError
-from .model import BOUNDARY, MAX_SEQ, TENSOR_NAMES, VOCAB, ModelShape, init_params, views
+from .errors import BackendSelectionError, BatchError, NonFiniteError
+from .model import DEFAULT_CONTEXT, NAMES_VOCAB, ModelShape, init_params, views
 from .optim import lr_schedule
 from .registry import BackendEntry, BackendRegistry, load_registry, open_session
 
 REFERENCE = "numpy_ref"
-NONFINITE_STATUS = 4  # EMG_ERR_NONFINITE in include/eemicrogpt.h
+SEED_SEQ = DEFAULT_CONTEXT + 1  # tokens per row at the kit's per-d_model shape
+BOUNDARY = NAMES_VOCAB - 1
 REQUIRE_ENV = "EEMICROGPT_REQUIRE_BACKENDS"
 
 # numpy_ref results keyed by everything they depend on; the same inputs recur across test classes.
@@ -95,30 +99,46 @@ def load_names(path: str | None = None) -> Names:
 def make_batches(
     names: tuple[str, ...], n: int, batch: int, seed: int
 ) -> tuple[np.ndarray, np.ndarray]:
-    """n seeded batches: tokens uint8 [n, batch, MAX_SEQ], lengths uint8 [n, batch].
+    """n seeded batches of a-z names: tokens uint8 [n, batch, 17], lengths uint8 [n, batch] (context 16).
 
-    Padding holds seeded random tokens (any value < VOCAB is legal there) so that a backend reading
+    Padding holds seeded random tokens (any value < vocab is legal there) so that a backend reading
     padding shows up as a mismatch against the reference.
     """
     rng = np.random.default_rng(seed)
-    tokens = rng.integers(0, VOCAB, size=(n, batch, MAX_SEQ), dtype=np.uint8)
+    tokens = rng.integers(0, NAMES_VOCAB, size=(n, batch, SEED_SEQ), dtype=np.uint8)
     lengths = np.empty((n, batch), np.uint8)
     for i, j in np.ndindex(n, batch):
         name = names[rng.integers(len(names))]
-        seq = [BOUNDARY, *(ord(ch) - ord("a") for ch in name), BOUNDARY][:MAX_SEQ]
+        seq = [BOUNDARY, *(ord(ch) - ord("a") for ch in name), BOUNDARY][:SEED_SEQ]
         tokens[i, j, : len(seq)] = seq
         lengths[i, j] = len(seq)
     return tokens, lengths
 
 
 def edge_batch(names: tuple[str, ...], batch: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """One batch [batch, MAX_SEQ] that includes the extreme lengths 2 (empty name) and MAX_SEQ."""
+    """One batch [batch, 17] that includes the extreme lengths 2 (empty name) and 17 (a full context)."""
     tokens, lengths = make_batches(names, 1, batch, seed)
     tokens, lengths = tokens[0], lengths[0]
     tokens[0, :2], lengths[0] = BOUNDARY, 2
     if batch > 1:
-        tokens[1] = np.random.default_rng(seed).integers(0, BOUNDARY, MAX_SEQ, dtype=np.uint8)
-        tokens[1, 0], lengths[1] = BOUNDARY, MAX_SEQ
+        tokens[1] = np.random.default_rng(seed).integers(0, BOUNDARY, SEED_SEQ, dtype=np.uint8)
+        tokens[1, 0], lengths[1] = BOUNDARY, SEED_SEQ
+    return tokens, lengths
+
+
+def synthetic_batches(shape: ModelShape, n: int, batch: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """n seeded batches for any shape: random symbols (0..vocab-2) between boundaries, name lengths from 0 to
+    past the context (so rows are truncated at context + 1 tokens), random padding. Each batch holds the
+    extreme lengths 2 and context + 1 when it has room."""
+    rng = np.random.default_rng(seed)
+    seq, b = shape.seq_len, shape.boundary
+    tokens = rng.integers(0, shape.vocab, size=(n, batch, seq), dtype=np.uint8)
+    lengths = np.empty((n, batch), np.uint8)
+    for i, j in np.ndindex(n, batch):
+        n_chars = {0: 0, 1: shape.context + 3}.get(j, int(rng.integers(0, shape.context + 3)))
+        row = [b, *rng.integers(0, b, size=n_chars).tolist(), b][:seq]
+        tokens[i, j, : len(row)] = row
+        lengths[i, j] = len(row)
     return tokens, lengths
 
 
@@ -140,7 +160,7 @@ def relative_errors(got: np.ndarray, want: np.ndarray) -> tuple[float, float]:
 
 def per_tensor_errors(shape: ModelShape, got: np.ndarray, want: np.ndarray) -> dict[str, tuple[float, float]]:
     got_views, want_views = views(shape, got), views(shape, want)
-    return {name: relative_errors(got_views[name], want_views[name]) for name in TENSOR_NAMES}
+    return {name: relative_errors(got_views[name], want_views[name]) for name in shape.tensor_names}
 
 
 @dataclass(frozen=True)
@@ -162,6 +182,23 @@ DEFAULT_TOLERANCES: dict[str, Tolerances] = {
     "fp32": Tolerances(1e-5, 1e-5, 1e-4, 1e-3, 1e-4, 5e-4, 1e-3, 1e-2),
     "fp16": Tolerances(3e-3, 3e-2, 1e-1, 2e-1, 5e-2, 2e-2, 1e-1, 1e-1),
 }
+
+
+# The shape matrix: every vocabulary bound and size in between, contexts short, odd and full, 1-4 layers and
+# widths including non-powers of two (48, 80). (d_model, n_heads, n_layers, vocab, context).
+DEFAULT_SHAPE_MATRIX: tuple[tuple[int, int, int, int, int], ...] = (
+    (16, 4, 1, 2, 8),
+    (48, 4, 2, 64, 33),
+    (80, 4, 4, 27, 16),
+    (64, 4, 2, 256, 64),
+    (128, 8, 1, 64, 33),
+    (32, 8, 4, 256, 8),
+)
+
+
+def matrix_id(dims: tuple[int, int, int, int, int]) -> str:
+    d, h, layers, vocab, context = dims
+    return f"d{d}h{h}L{layers}V{vocab}C{context}"
 
 
 # ---- registry access -------------------------------------------------------------------------------------
@@ -243,17 +280,17 @@ def _one_more_row(a: np.ndarray) -> np.ndarray:
 
 
 BAD_INPUTS: dict[str, Call] = {
-    "token_27": lambda s, t, ln, lr: s.train_steps(_put(t, (1, 2, 1), VOCAB), ln, lr),
+    "token_equal_vocab": lambda s, t, ln, lr: s.train_steps(_put(t, (1, 2, 1), NAMES_VOCAB), ln, lr),
     "token_255_in_padding": lambda s, t, ln, lr: s.train_steps(
-        _put(t, (0, 0, MAX_SEQ - 1), 255), _put(ln, (0, 0), 3), lr
+        _put(t, (0, 0, SEED_SEQ - 1), 255), _put(ln, (0, 0), 3), lr
     ),
     "length_0": lambda s, t, ln, lr: s.train_steps(t, _put(ln, (1, 0), 0), lr),
     "length_1": lambda s, t, ln, lr: s.train_steps(t, _put(ln, (0, 3), 1), lr),
-    "length_17": lambda s, t, ln, lr: s.train_steps(t, _put(ln, (0, 1), MAX_SEQ + 1), lr),
+    "length_over_context": lambda s, t, ln, lr: s.train_steps(t, _put(ln, (0, 1), SEED_SEQ + 1), lr),
     "tokens_int64": lambda s, t, ln, lr: s.train_steps(t.astype(np.int64), ln, lr),
     "tokens_float32": lambda s, t, ln, lr: s.train_steps(t.astype(np.float32), ln, lr),
     "lengths_int32": lambda s, t, ln, lr: s.train_steps(t, ln.astype(np.int32), lr),
-    "tokens_15_positions": lambda s, t, ln, lr: s.train_steps(t[:, :, :15].copy(), ln, lr),
+    "tokens_short_rows": lambda s, t, ln, lr: s.train_steps(t[:, :, : SEED_SEQ - 1].copy(), ln, lr),
     "tokens_2d_for_steps": lambda s, t, ln, lr: s.train_steps(t[0], ln, lr),
     "lengths_wrong_batch": lambda s, t, ln, lr: s.train_steps(t, ln[:, :3].copy(), lr),
     "lrs_wrong_count": lambda s, t, ln, lr: s.train_steps(t, ln, lr[:1].copy()),
@@ -262,8 +299,8 @@ BAD_INPUTS: dict[str, Call] = {
     "lr_negative": lambda s, t, ln, lr: s.train_steps(t, ln, _put(lr, (0,), -0.01)),
     "lrs_float64": lambda s, t, ln, lr: s.train_steps(t, ln, lr.astype(np.float64)),
     "batch_over_max": lambda s, t, ln, lr: s.train_steps(_one_more_row(t), _one_more_row(ln), lr),
-    "grads_token_27": lambda s, t, ln, lr: s.loss_and_grads(_put(t[0], (0, 1), VOCAB), ln[0]),
-    "grads_length_17": lambda s, t, ln, lr: s.loss_and_grads(t[0], _put(ln[0], (2,), MAX_SEQ + 1)),
+    "grads_token_equal_vocab": lambda s, t, ln, lr: s.loss_and_grads(_put(t[0], (0, 1), NAMES_VOCAB), ln[0]),
+    "grads_length_over_context": lambda s, t, ln, lr: s.loss_and_grads(t[0], _put(ln[0], (2,), SEED_SEQ + 1)),
     "grads_steps_shape": lambda s, t, ln, lr: s.loss_and_grads(t, ln),
 }
 
@@ -305,6 +342,12 @@ class BackendConformance:
     trajectory_window_params_tol: ClassVar[float | None] = None
     trajectory_tol: ClassVar[float | None] = None
     skip: ClassVar[dict[str, list[str]]] = {}  # {reason: [test names]}
+    # Shapes beyond the per-d_model checks (see DEFAULT_SHAPE_MATRIX); a backend narrows it to its envelope or
+    # shrinks it under emulation, and a shape listed here that the backend does not support fails.
+    shape_matrix: ClassVar[tuple[tuple[int, int, int, int, int], ...]] = DEFAULT_SHAPE_MATRIX
+    matrix_batch: ClassVar[int] = 8
+    matrix_window_steps: ClassVar[int] = 5
+    matrix_lr: ClassVar[float] = 0.003
 
     def heads_for(self, d_model: int) -> int:
         return 4
@@ -316,6 +359,9 @@ class BackendConformance:
     def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> None:
         if "d_model" in metafunc.fixturenames:
             metafunc.parametrize("d_model", self.d_models, ids=[f"d{d}" for d in self.d_models])
+        if "matrix_shape" in metafunc.fixturenames:
+            metafunc.parametrize("matrix_shape", [ModelShape(*dims) for dims in self.shape_matrix],
+                                 ids=[matrix_id(dims) for dims in self.shape_matrix])
 
     @pytest.fixture(autouse=True)
     def _declared_skips(self, request: pytest.FixtureRequest) -> None:
@@ -348,6 +394,16 @@ class BackendConformance:
         if reason:
             _unusable(self.backend_name, reason)
         return _session(entry, shape, batch, self.dtype)
+
+    def open_shape(self, shape: ModelShape, max_batch: int):
+        """A validated session at any shape; a shape the backend does not support fails (it is in the matrix)."""
+        entry = _entry(self.backend_name, self.extra_plugins)
+        assert entry.spec is not None
+        reason = entry.spec.unsupported_reason(shape, max_batch, self.dtype)
+        if reason:
+            pytest.fail(f"{self.backend_name} does not run {shape.describe()} from its shape_matrix: {reason}",
+                        pytrace=False)
+        return _session(entry, shape, max_batch, self.dtype)
 
     def open_reference(self, d_model: int, dtype: str = "float64"):
         return _session(_reference_entry(self.extra_plugins), self.shape(d_model), self.batch, dtype)
@@ -646,8 +702,8 @@ class BackendConformance:
             try:
                 session.train_steps(tokens, lengths, np.array([self.adam_lr], np.float32))
             except Exception as exc:
-                # FloatingPointError from Python; a native status EMG_ERR_NONFINITE (4) however the core wraps it.
-                if not (isinstance(exc, FloatingPointError) or getattr(exc, "status", None) == NONFINITE_STATUS):
+                # NonFiniteError (native EMG_ERR_NONFINITE, numpy_ref); a Python backend's FloatingPointError.
+                if not isinstance(exc, (NonFiniteError, FloatingPointError)):
                     raise
                 print(f"d{d_model}: refused as required: {type(exc).__name__}: {exc}")
                 return
@@ -657,3 +713,75 @@ class BackendConformance:
             f"train_steps returned normally but left non-finite {', '.join(bad)}; it must raise "
             "(FloatingPointError in Python, EMG_ERR_NONFINITE from native code)"
         )
+
+    # -- the shape matrix --
+    def _matrix_reference(self, shape: ModelShape, what: str, compute: Callable[[], Any]) -> Any:
+        key = (self.extra_plugins, shape, self.matrix_batch, self.seed, what)
+        if key not in _REFERENCE_CACHE:
+            _REFERENCE_CACHE[key] = compute()
+        return _REFERENCE_CACHE[key]
+
+    def _matrix_grad_inputs(self, shape: ModelShape) -> tuple[TrainState, np.ndarray, np.ndarray]:
+        params = init_params(shape, self.seed) * np.float32(self.param_scale)
+        tokens, lengths = synthetic_batches(shape, 1, self.matrix_batch, self.seed)
+        return TrainState.fresh(params), tokens[0], lengths[0]
+
+    def test_matrix_gradients_match_reference(self, matrix_shape: ModelShape) -> None:
+        state, tokens, lengths = self._matrix_grad_inputs(matrix_shape)
+
+        def reference() -> tuple[float, np.ndarray | None]:
+            with _session(_reference_entry(self.extra_plugins), matrix_shape, self.matrix_batch, "float64") as ref:
+                ref.set_state(state)
+                return ref.loss_and_grads(tokens, lengths)
+
+        want_loss, want = self._matrix_reference(matrix_shape, "grads", reference)
+        with self.open_shape(matrix_shape, self.matrix_batch) as session:
+            session.set_state(state)
+            got_loss, got = session.loss_and_grads(tokens, lengths)
+        assert got is not None and want is not None
+        rel = abs(got_loss - want_loss) / abs(want_loss)
+        assert rel <= self.tol("loss_rel"), f"loss {got_loss} vs reference {want_loss}: {rel:.2e}"
+        errors = per_tensor_errors(matrix_shape, got, want)
+        worst = max(errors, key=lambda name: errors[name][0])
+        print(f"{matrix_shape.describe()}: loss rel {rel:.1e}, worst gradient {worst} "
+              f"rms {errors[worst][0]:.1e} max {max(e[1] for e in errors.values()):.1e}")
+        for name, (rms, mx) in errors.items():
+            assert rms <= self.tol("grad_rel_rms"), f"{name}: RMS relative error {rms:.2e}"
+            assert mx <= self.tol("grad_rel_max"), f"{name}: max relative error {mx:.2e}"
+
+    def test_matrix_training_window_matches_reference(self, matrix_shape: ModelShape) -> None:
+        n = self.matrix_window_steps
+        tokens, lengths = synthetic_batches(matrix_shape, n, self.matrix_batch, self.seed + 1)
+        lrs = np.full(n, self.matrix_lr, np.float32)
+        start = TrainState.fresh(init_params(matrix_shape, self.seed))
+
+        def reference() -> tuple[np.ndarray, TrainState]:
+            with _session(_reference_entry(self.extra_plugins), matrix_shape, self.matrix_batch, "float64") as ref:
+                ref.set_state(start)
+                losses = ref.train_steps(tokens, lengths, lrs)
+                return losses, ref.get_state()
+
+        want_losses, want_state = self._matrix_reference(matrix_shape, f"window{n}", reference)
+        with self.open_shape(matrix_shape, self.matrix_batch) as session:
+            session.set_state(start)
+            got_losses = session.train_steps(tokens, lengths, lrs)
+            got_state = session.get_state()
+        assert got_state.step == n
+        worst = float(np.max(np.abs(got_losses.astype(np.float64) - want_losses)))
+        assert worst <= self.tol("trajectory_window"), f"losses differ by up to {worst:.2e}"
+        moved_got = got_state.params.astype(np.float64) - start.params
+        moved_want = want_state.params.astype(np.float64) - start.params
+        rms, _ = relative_errors(moved_got, moved_want)
+        assert rms <= self.tol("trajectory_window_params"), f"parameter change differs: relative RMS {rms:.2e}"
+
+    def test_matrix_determinism(self, matrix_shape: ModelShape) -> None:
+        tokens, lengths = synthetic_batches(matrix_shape, 3, self.matrix_batch, self.seed + 2)
+        lrs = np.full(3, self.matrix_lr, np.float32)
+        start = TrainState.fresh(init_params(matrix_shape, self.seed))
+        runs = []
+        for _ in range(2):
+            with self.open_shape(matrix_shape, self.matrix_batch) as session:
+                session.set_state(start)
+                losses = session.train_steps(tokens, lengths, lrs)
+                runs.append((losses, session.get_state().params))
+        assert np.array_equal(runs[0][0], runs[1][0]) and np.array_equal(runs[0][1], runs[1][1])

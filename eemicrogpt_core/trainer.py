@@ -20,13 +20,15 @@ import numpy as np
 from .backend import TrainState
 from .checkpoint import Checkpoint, save_checkpoint, software_versions
 from .config import MAX_STEPS, TrainConfig
+from .contention import Contention, cpus_available, load_average
 from .data import BatchSampler, Dataset, encode, fixed_batches, read_names, split
-from .errors import EemicrogptError, StorageError, describe_os_error
+from .errors import ConfigError, EemicrogptError, NonFiniteError, StorageError, describe_os_error
 from .interrupt import deferred_stop, signal_name
-from .model import init_params
+from .model import ModelShape, init_params
 from .optim import lr_schedule
 from .registry import BackendEntry, BackendRegistry, open_session
 from .rundir import RunDir
+from .vocab import Vocabulary
 
 ROLLING = 100  # train loss is reported as the mean of the last 100 steps
 WARMUP_STREAM = 3  # batch stream for the time-budget warm-up, so it never shifts the training batches
@@ -38,9 +40,9 @@ class TrainingDiverged(EemicrogptError):
 
 
 def _is_nonfinite_error(e: Exception) -> bool:
-    """A backend's way of saying "non-finite": numpy_ref raises FloatingPointError, native sessions an error with
-    status 4 ("non-finite loss or parameter")."""
-    return isinstance(e, FloatingPointError) or getattr(e, "status", None) == 4 or "non-finite" in str(e)
+    """A backend's way of saying "non-finite": NonFiniteError (native sessions and numpy_ref raise it); a
+    third-party Python backend may let numpy's FloatingPointError through."""
+    return isinstance(e, (NonFiniteError, FloatingPointError))
 
 
 @dataclass
@@ -64,6 +66,10 @@ class RunInfo:
     n_truncated: int
     n_dropped: int
     run_dir: Path | None
+    shape: ModelShape
+    vocab: Vocabulary
+    data_note: str = ""  # how the data was split when that is not the plain split
+    backend_note: str = ""  # why auto settled for a slower backend
 
 
 class Reporter(Protocol):
@@ -98,12 +104,15 @@ class TrainResult:
     total_steps: int
     losses: np.ndarray  # per-step losses of this invocation (before each update)
     train_loss: float  # rolling mean of the last ROLLING steps
-    val_loss: float | None
+    val_loss: float | None  # None without a validation split
+    shape: ModelShape
+    vocab: Vocabulary
     train_seconds: float  # time inside backend train_steps calls
     interrupted: bool = False
     run_dir: Path | None = None
     records: list[dict[str, Any]] = field(default_factory=list)
     stop_signal: int | None = None  # the signal that stopped the run, if one did
+    contention: Contention | None = None  # time-budget runs: how busy the machine was
 
     @property
     def steps_run(self) -> int:
@@ -121,29 +130,36 @@ class TrainResult:
 @dataclass
 class PreparedData:
     train: Dataset
-    val: Dataset
+    val: Dataset | None  # None: no validation split
     n_truncated: int
     n_dropped: int
+    vocab: Vocabulary
     data_sha256: str = ""  # fingerprint of the names file, stored in checkpoints to check resumes
+    note: str = ""  # the split's note (data.Split.note)
 
 
-def prepare_data(cfg: TrainConfig) -> PreparedData:
-    """Read cfg.data (already resolved to a path), encode it and split it with the run's seed."""
+def prepare_data(cfg: TrainConfig, vocab: Vocabulary | None = None) -> PreparedData:
+    """Read cfg.data (already resolved to a path), build its vocabulary (or check it against `vocab`, a
+    resumed run's table), encode it at cfg.context and split it with the run's seed."""
     if not cfg.data:
         raise EemicrogptError("no names file resolved for this run (internal: resolve cfg.data first)")
-    names = read_names(cfg.data, drop_invalid=cfg.drop_invalid)
-    data, n_truncated = encode(names.names)
-    train, val = split(data, cfg.val_fraction, cfg.seed)
-    return PreparedData(train, val, n_truncated, names.n_dropped, names.sha256)
+    names = read_names(cfg.data, drop_invalid=cfg.drop_invalid, lowercase=cfg.lowercase, vocab=vocab)
+    vocab = vocab or Vocabulary.from_names(names.names)
+    data, n_truncated = encode(names.names, vocab, cfg.context)
+    parts = split(data, cfg.val_fraction, cfg.seed)
+    return PreparedData(parts.train, parts.validation, n_truncated, names.n_dropped, vocab, names.sha256, parts.note)
 
 
-def evaluate(session: Any, batches: list[tuple[np.ndarray, np.ndarray]]) -> float:
-    """Mean of the per-batch mean losses over fixed batches; the state is not changed."""
+def evaluate(session: Any, batches: list[tuple[np.ndarray, np.ndarray]]) -> float | None:
+    """Mean of the per-batch mean losses over fixed batches (None without any); the state is not changed."""
+    if not batches:
+        return None
     return float(np.mean([session.loss_and_grads(t, ln, want_grads=False)[0] for t, ln in batches]))
 
 
-def estimate_steps(session: Any, data: Dataset, cfg: TrainConfig, budget: float) -> int:
-    """Steps that fit in `budget` seconds, from a timed warm-up on throwaway batches; state is restored.
+def estimate_steps(session: Any, data: Dataset, cfg: TrainConfig, budget: float) -> tuple[int, float]:
+    """Steps that fit in `budget` seconds, from a timed warm-up on throwaway batches, and the fastest warm-up
+    chunk's seconds per step (the calibration contention.py compares the run with); state is restored.
 
     The per-step time is the median over several warm-up chunks, so one chunk slowed by a busy machine
     does not skew the estimate; the first chunk (cold caches, lazy set-up) is not counted.
@@ -165,28 +181,35 @@ def estimate_steps(session: Any, data: Dataset, cfg: TrainConfig, budget: float)
             break
         n = min(2 * n, 1000)
     session.set_state(saved)
-    return min(MAX_STEPS, max(1, int(budget / statistics.median(per_step))))  # the cap every run shares
+    steps = min(MAX_STEPS, max(1, int(budget / statistics.median(per_step))))  # the cap every run shares
+    return steps, min(per_step)
 
 
 class _Run:
     """One invocation of the loop: the session, the sampler and the bookkeeping the steps share."""
 
-    def __init__(self, cfg: TrainConfig, entry: BackendEntry, session: Any, data: PreparedData,
-                 run_dir: RunDir | None, resume: Checkpoint | None) -> None:
+    def __init__(self, cfg: TrainConfig, entry: BackendEntry, session: Any, data: PreparedData, shape: ModelShape,
+                 run_dir: RunDir | None, resume: Checkpoint | None, extend_to: int | None = None) -> None:
         self.cfg, self.entry, self.session, self.run_dir = cfg, entry, session, run_dir
+        self.load_start: float | None = None
+        self.calibration_s: float | None = None  # set for a fresh time-budget run
+        self.shape, self.vocab = shape, data.vocab
         self.data_sha256 = data.data_sha256
         self.sampler = BatchSampler(data.train, cfg.batch, cfg.seed)
-        self.val_batches = fixed_batches(data.val, cfg.batch, cfg.eval_batches)
+        self.val_batches = [] if data.val is None else fixed_batches(data.val, cfg.batch, cfg.eval_batches)
         self.recent: deque[float] = deque(maxlen=ROLLING)
         if resume is not None:
             session.set_state(resume.state)
             self.sampler.set_state(resume.sampler_state)
             self.recent.extend(resume.recent_losses)
-            self.total = resume.total_steps
+            self.total = resume.total_steps if extend_to is None else extend_to
         else:
-            session.set_state(TrainState.fresh(init_params(cfg.shape, cfg.seed)))
+            session.set_state(TrainState.fresh(init_params(shape, cfg.seed)))
             budget = cfg.time_budget
-            self.total = cfg.steps if budget is None else estimate_steps(session, data.train, cfg, budget)
+            self.total = cfg.steps
+            if budget is not None:
+                self.load_start = load_average()
+                self.total, self.calibration_s = estimate_steps(session, data.train, cfg, budget)
         start = session.get_state()
         self.step = int(start.step)
         self.good = _Snapshot(start, self.sampler.get_state())
@@ -197,6 +220,11 @@ class _Run:
         self.val_loss: float | None = None
         self.last_lr = float("nan")
         self.chunk_limit = min(8, cfg.chunk_steps)  # grows to cfg.chunk_steps once the step time is known
+        # elapsed_s continues across resumes: it starts from the last record this run kept before now.
+        earlier = run_dir.read_metrics() if run_dir is not None and resume is not None else []
+        self.elapsed_before = max((float(r.get("elapsed_s", 0.0)) for r in earlier
+                                   if r["step"] <= self.step and isinstance(r.get("elapsed_s"), (int, float))),
+                                  default=0.0)
         self.started = time.perf_counter()
 
     @property
@@ -268,14 +296,17 @@ class _Run:
         if not all(np.all(np.isfinite(a)) for a in (state.params, state.adam_m, state.adam_v)):
             raise self._diverged(f"the parameters became non-finite by step {self.step}")
         self.good = _Snapshot(state, self.sampler.get_state())
-        self.val_loss = evaluate(self.session, self.val_batches)
+        try:
+            self.val_loss = evaluate(self.session, self.val_batches)
+        except NonFiniteError:
+            raise self._diverged(f"the validation loss became non-finite at step {self.step}") from None
         done = sum(c.size for c in self.chunks)
         record = {
             "step": self.step,
             "train_loss": self.train_loss,
             "val_loss": self.val_loss,
             "lr": self.last_lr,
-            "elapsed_s": round(time.perf_counter() - self.started, 4),
+            "elapsed_s": round(self.elapsed_before + time.perf_counter() - self.started, 4),
             "us_per_step": round(1e6 * self.seconds / done, 3),
         }
         self.records.append(record)
@@ -292,8 +323,9 @@ class _Run:
         if self.run_dir is None:
             return "no run directory, nothing saved"
         state = state if state is not None else self.session.get_state()
-        ckpt = Checkpoint(state, self.total, self.sampler.get_state(), self.cfg, list(self.recent), self.entry.name,
-                          self.data_sha256, software_versions(f"{self.entry.distribution} {self.entry.version}"))
+        ckpt = Checkpoint(state, self.total, self.sampler.get_state(), self.cfg, self.vocab, list(self.recent),
+                          self.entry.name, self.data_sha256,
+                          software_versions(f"{self.entry.distribution} {self.entry.version}"))
         try:
             save_checkpoint(self.run_dir.checkpoint_path, ckpt)
         except OSError as e:
@@ -301,6 +333,14 @@ class _Run:
             raise StorageError(describe_os_error(e, "cannot save the checkpoint") + f" ({kept})") from None
         self.saved_step = int(state.step)
         return "checkpoint saved"
+
+    def contention(self) -> Contention | None:
+        """For a time-budget run: how busy the machine was around it."""
+        done = sum(c.size for c in self.chunks)
+        if self.calibration_s is None or not done:
+            return None
+        return Contention(self.load_start, load_average(), 1e6 * self.calibration_s, 1e6 * self.seconds / done,
+                          cpus_available())
 
     def result(self, interrupted: bool, stop_signal: int | None = None) -> TrainResult:
         return TrainResult(
@@ -310,11 +350,14 @@ class _Run:
             losses=np.concatenate(self.chunks) if self.chunks else np.zeros(0, np.float32),
             train_loss=self.train_loss,
             val_loss=self.val_loss,
+            shape=self.shape,
+            vocab=self.vocab,
             train_seconds=self.seconds,
             interrupted=interrupted,
             run_dir=self.run_dir.path if self.run_dir else None,
             records=self.records,
             stop_signal=stop_signal,
+            contention=self.contention(),
         )
 
 
@@ -326,23 +369,39 @@ def train(
     resume: Checkpoint | None = None,
     reporter: Reporter | None = None,
     data: PreparedData | None = None,
+    extend_to: int | None = None,
 ) -> TrainResult:
     """Train cfg (backend and data already resolved) and return the result; Ctrl-C saves and returns.
 
     The first Ctrl-C stops at the next chunk boundary; a KeyboardInterrupt between chunks (a second Ctrl-C,
     or one raised by a reporter) also saves, while one inside a backend call keeps the last checkpoint,
     because the state in the middle of a chunk matches no step.
+
+    extend_to (with resume): train on to this many steps in all, also past a finished run's end. The linear
+    decay is then re-spanned over the new total: step s after the checkpoint uses lr (1 - (s - 1) / extend_to),
+    as if the run had been planned that long; the steps already run keep the rates they had.
     """
+    if extend_to is not None:
+        if resume is None:
+            raise EemicrogptError("extend_to needs a run to resume (internal)")
+        if not int(resume.state.step) < extend_to <= MAX_STEPS:
+            raise ConfigError(f"--steps {extend_to:,} must be more than the {int(resume.state.step):,} steps this "
+                              f"run has done (and at most {MAX_STEPS:,})")
     reporter = reporter or NullReporter()
-    entry = registry.select(cfg.backend, cfg.shape, cfg.batch, cfg.dtype, cfg.precision)
-    data = data or prepare_data(cfg)
-    with open_session(entry, cfg.shape, cfg.batch, cfg.dtype, cfg.threads) as session:
-        run = _Run(cfg, entry, session, data, run_dir, resume)
+    data = data or prepare_data(cfg, resume.vocab if resume is not None else None)
+    shape = cfg.model_shape(data.vocab.size)
+    entry = registry.select(cfg.backend, shape, cfg.batch, cfg.dtype, cfg.precision)
+    auto = cfg.backend in ("", "auto")
+    backend_note = (registry.fallback_note(entry, shape, cfg.batch, cfg.dtype) if auto else None) or ""
+    with open_session(entry, shape, cfg.batch, cfg.dtype, cfg.threads) as session:
+        run = _Run(cfg, entry, session, data, shape, run_dir, resume, extend_to)
         if run_dir is not None:
             run_dir.write_config(cfg)
             run_dir.keep_metrics_until(run.step)
-        reporter.start(RunInfo(entry, cfg, run.step, run.total, len(data.train), len(data.val), data.n_truncated,
-                               data.n_dropped, run_dir.path if run_dir else None))
+        n_val = 0 if data.val is None else len(data.val)
+        reporter.start(RunInfo(entry, cfg, run.step, run.total, len(data.train), n_val, data.n_truncated,
+                               data.n_dropped, run_dir.path if run_dir else None, shape, data.vocab, data.note,
+                               backend_note))
         interrupted, in_chunk, signum = False, False, None
 
         def note(first: int) -> None:

@@ -11,7 +11,7 @@ import numpy as np
 
 from .backend import BackendSession, TrainState
 from .errors import BatchError
-from .model import MAX_SEQ, VOCAB, ModelShape
+from .model import ModelShape
 
 
 def _require_array(value: object, name: str, dtype: type, ndim: int) -> np.ndarray:
@@ -24,13 +24,16 @@ def _require_array(value: object, name: str, dtype: type, ndim: int) -> np.ndarr
     return value
 
 
-def validate_batch(tokens: object, lengths: object, *, steps: bool, max_batch: int | None = None) -> int:
-    """Check tokens [(n,) B, MAX_SEQ] uint8 and lengths [(n,) B] uint8; return the batch size B."""
+def validate_batch(tokens: object, lengths: object, shape: ModelShape, *, steps: bool,
+                   max_batch: int | None = None) -> int:
+    """Check tokens [(n,) B, context + 1] uint8 and lengths [(n,) B] uint8; return the batch size B."""
     lead = 1 if steps else 0
     tokens = _require_array(tokens, "tokens", np.uint8, lead + 2)
     lengths = _require_array(lengths, "lengths", np.uint8, lead + 1)
-    if tokens.shape[-1] != MAX_SEQ:
-        raise BatchError(f"tokens must have {MAX_SEQ} positions per sequence, got shape {tokens.shape}")
+    seq_len = shape.seq_len
+    if tokens.shape[-1] != seq_len:
+        raise BatchError(f"tokens must have {seq_len} positions per sequence (context {shape.context} + 1), "
+                         f"got shape {tokens.shape}")
     if tokens.shape[:-1] != lengths.shape:
         raise BatchError(f"tokens {tokens.shape} and lengths {lengths.shape} disagree on steps/batch")
     if tokens.size == 0:
@@ -38,12 +41,13 @@ def validate_batch(tokens: object, lengths: object, *, steps: bool, max_batch: i
     batch = tokens.shape[-2]
     if max_batch is not None and batch > max_batch:
         raise BatchError(f"batch {batch} exceeds this session's capacity of {max_batch}")
-    if int(tokens.max()) >= VOCAB:
-        raise BatchError(f"token {int(tokens.max())} is out of range: the vocabulary has {VOCAB} tokens (0..26)")
+    if int(tokens.max()) >= shape.vocab:
+        raise BatchError(f"token {int(tokens.max())} is out of range: the vocabulary has {shape.vocab} tokens "
+                         f"(0..{shape.vocab - 1})")
     low, high = int(lengths.min()), int(lengths.max())
-    if low < 2 or high > MAX_SEQ:
+    if low < 2 or high > seq_len:
         bad = low if low < 2 else high
-        raise BatchError(f"sequence length {bad} is outside 2..{MAX_SEQ}")
+        raise BatchError(f"sequence length {bad} is outside 2..{seq_len}")
     return batch
 
 
@@ -118,7 +122,7 @@ class ValidatedSession(BackendSession):
 
     @_one_call_at_a_time
     def train_steps(self, tokens: np.ndarray, lengths: np.ndarray, lrs: np.ndarray) -> np.ndarray:
-        validate_batch(tokens, lengths, steps=True, max_batch=self.max_batch)
+        validate_batch(tokens, lengths, self.shape, steps=True, max_batch=self.max_batch)
         validate_lrs(lrs, tokens.shape[0])
         tokens, lengths, lrs = (np.ascontiguousarray(a) for a in (tokens, lengths, lrs))
         return self.inner.train_steps(tokens, lengths, lrs)
@@ -127,7 +131,7 @@ class ValidatedSession(BackendSession):
     def loss_and_grads(
         self, tokens: np.ndarray, lengths: np.ndarray, want_grads: bool = True
     ) -> tuple[float, np.ndarray | None]:
-        validate_batch(tokens, lengths, steps=False, max_batch=self.max_batch)
+        validate_batch(tokens, lengths, self.shape, steps=False, max_batch=self.max_batch)
         tokens, lengths = np.ascontiguousarray(tokens), np.ascontiguousarray(lengths)
         return self.inner.loss_and_grads(tokens, lengths, want_grads)
 

@@ -12,8 +12,9 @@ from typer.testing import CliRunner
 
 from eemicrogpt_core import bench, cli
 from eemicrogpt_core.data import encode, read_names
-from eemicrogpt_core.model import ModelShape
+from eemicrogpt_core.model import DEFAULT_CONTEXT, ModelShape
 from eemicrogpt_core.registry import load_registry
+from eemicrogpt_core.vocab import Vocabulary
 
 
 def test_flops_by_hand_for_a_tiny_model() -> None:
@@ -42,8 +43,9 @@ def test_flops_scale_with_the_batch_and_steps_are_separate() -> None:
 def test_time_steps_on_numpy_ref(names_file: Path) -> None:
     entry = load_registry().get("numpy_ref")
     assert entry is not None and entry.available, "numpy_ref must be installed"
-    data, _ = encode(read_names(names_file).names)
-    row = bench.time_steps(entry, ModelShape(16, 4), 16, data, repeats=3, target_s=0.05, peak=100.0)
+    names = read_names(names_file).names
+    data, _ = encode(names, Vocabulary.from_names(names), DEFAULT_CONTEXT)
+    row = bench.time_steps(entry, ModelShape(16, 4), 16, data, repeats=3, target_s=0.05, peaks={"fp32": 100.0})
     assert row.us_per_step > 0 and row.us_per_sample == pytest.approx(row.us_per_step / 16)
     assert row.steps_per_s == pytest.approx(1e6 / row.us_per_step)
     assert 50 < row.live_positions < 200  # ~7 live positions per name, 16 names
@@ -52,6 +54,8 @@ def test_time_steps_on_numpy_ref(names_file: Path) -> None:
     assert row.pct_peak == pytest.approx(row.gflops)  # peak 100 GFLOP/s
     assert row.steps_timed >= 3
     assert (row.threads, row.precision) == (1, "fp32")  # numpy_ref cannot split a step
+    other = bench.time_steps(entry, ModelShape(16, 4), 16, data, repeats=2, target_s=0.02, peaks={"bf16": 100.0})
+    assert other.pct_peak is None  # an fp32 backend is never divided by another precision's peak
 
 
 def test_bench_cli_json(names_file: Path) -> None:
@@ -67,7 +71,8 @@ def test_bench_cli_json(names_file: Path) -> None:
     # How many steps fit in 0.2 s depends on the machine's load (9 were seen on a busy one): assert only that
     # the budget ran real steps to a finite loss; learning itself is the trainer tests' job.
     assert loss["steps"] >= 1 and loss["seconds"] == 0.2 and np.isfinite(loss["train_loss"])
-    assert report["peak_gflops"] == 115 and report["peak_source"] == "--peak-gflops"  # the user's figure wins
+    assert report["peak_gflops"] == {"fp32": 115}  # the user's figure wins
+    assert report["peak_source"] == {"fp32": "--peak-gflops"}
     assert report["speed"][0]["pct_peak"] is not None
 
 

@@ -1,4 +1,4 @@
-"""The version is written once and every backend pins the core series it was built against (issue 9 part 4)."""
+"""The version is written once and every backend pins the core series it was built against."""
 
 from __future__ import annotations
 

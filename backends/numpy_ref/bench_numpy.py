@@ -2,8 +2,8 @@
 
     python backends/numpy_ref/bench_numpy.py [--steps-per-call 20] [--repeats 15] [--dtype float32]
 
-BLAS threading is pinned to one thread (set before numpy loads) because these matrices are tiny and the
-machine's vCPUs share a core; pass --threads N to override.
+BLAS threading is pinned to one thread (set before numpy loads) because these matrices are too small to
+split; pass --threads N to override.
 """
 
 from __future__ import annotations

@@ -23,6 +23,7 @@ from ..config import resolve_backend
 from ..data import read_names
 from ..datafile import resolve_data_path
 from ..errors import ConfigError
+from ..model import NAMES_VOCAB
 from ..registry import BackendRegistry
 from .progress import SweepProgress
 from .results import ResultStore
@@ -84,7 +85,7 @@ def check_backends(runs: list[Run], registry: BackendRegistry) -> None:
         key = (cfg.backend, cfg.d_model, cfg.n_heads, cfg.batch, cfg.dtype, cfg.precision)
         if key not in seen:
             seen.add(key)
-            registry.select(cfg.backend, cfg.shape, cfg.batch, cfg.dtype, cfg.precision)
+            registry.select(cfg.backend, cfg.model_shape(NAMES_VOCAB), cfg.batch, cfg.dtype, cfg.precision)
 
 
 def open_sweep_dir(sweep_dir: Path, spec: SweepSpec) -> None:

@@ -16,7 +16,7 @@ from .runner import DONE
 JSONL_NAME = "results.jsonl"
 CSV_NAME = "results.csv"
 METRIC_COLUMNS = ("status", "train_loss", "val_loss", "steps", "total_steps", "us_per_step", "train_s", "wall_s",
-                  "backend", "error")
+                  "backend", "contended", "slowdown", "load_start", "load_end", "error")
 
 
 def sort_key(record: dict[str, Any]) -> tuple[int, float]:

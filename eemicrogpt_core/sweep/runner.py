@@ -21,7 +21,8 @@ from ..data import Dataset, encode, read_names, split
 from ..errors import EemicrogptError
 from ..registry import BackendRegistry
 from ..rundir import RunDir
-from ..trainer import PreparedData, train
+from ..trainer import PreparedData, prepare_data, train
+from ..vocab import Vocabulary
 
 DONE, FAILED, INTERRUPTED = "done", "failed", "interrupted"
 # Copied from each run's config into its record whether varied or not: the plots group and place runs by them.
@@ -34,22 +35,28 @@ def one_line(error: BaseException) -> str:
 
 
 @functools.lru_cache(maxsize=4)
-def _encoded(path: str, mtime_ns: int, drop_invalid: bool) -> tuple[Dataset, int, int]:
+def _encoded(path: str, mtime_ns: int, drop_invalid: bool, lowercase: bool,
+             context: int) -> tuple[Dataset, int, int, Vocabulary, str]:
     """The names file read and encoded once per worker (the largest part of a short run's overhead)."""
-    names = read_names(path, drop_invalid=drop_invalid)
-    data, n_truncated = encode(names.names)
-    return data, n_truncated, names.n_dropped
+    names = read_names(path, drop_invalid=drop_invalid, lowercase=lowercase)
+    vocab = Vocabulary.from_names(names.names)
+    data, n_truncated = encode(names.names, vocab, context)
+    return data, n_truncated, names.n_dropped, vocab, names.sha256
 
 
-def prepared_data(cfg: TrainConfig) -> PreparedData:
-    """What trainer.prepare_data returns, with the file's parsing cached across a worker's runs."""
+def prepared_data(cfg: TrainConfig, vocab: Vocabulary | None = None) -> PreparedData:
+    """What trainer.prepare_data returns, with the file's parsing cached across a worker's fresh runs (a
+    resumed run checks the file against its checkpoint's vocabulary instead)."""
+    if vocab is not None:
+        return prepare_data(cfg, vocab)
     try:
         mtime = os.stat(str(cfg.data)).st_mtime_ns
     except OSError:
         mtime = -1  # read_names reports the missing or unreadable file
-    data, n_truncated, n_dropped = _encoded(str(cfg.data), mtime, cfg.drop_invalid)
-    train_set, val_set = split(data, cfg.val_fraction, cfg.seed)
-    return PreparedData(train_set, val_set, n_truncated, n_dropped)
+    data, n_truncated, n_dropped, vocab, sha = _encoded(str(cfg.data), mtime, cfg.drop_invalid, cfg.lowercase,
+                                                        cfg.context)
+    parts = split(data, cfg.val_fraction, cfg.seed)
+    return PreparedData(parts.train, parts.validation, n_truncated, n_dropped, vocab, sha, parts.note)
 
 
 def _finished_record(run: RunDir) -> dict[str, Any]:
@@ -88,7 +95,8 @@ def run_one(task: dict[str, Any], registry: BackendRegistry) -> dict[str, Any]:
             run = RunDir.create(cfg.out, cfg)
         run.claim()  # as `eemicrogpt train` does: no second process trains this directory meanwhile
         try:
-            result = train(cfg, registry, run_dir=run, resume=resume, data=prepared_data(cfg))
+            data = prepared_data(cfg, resume.vocab if resume is not None else None)
+            result = train(cfg, registry, run_dir=run, resume=resume, data=data)
         finally:
             run.release()
         steps = int(result.state.step)
@@ -104,6 +112,8 @@ def run_one(task: dict[str, Any], registry: BackendRegistry) -> dict[str, Any]:
             backend=result.backend,
             resumed_from=int(resume.state.step) if resume else 0,
         )
+        if result.contention is not None:
+            record.update(result.contention.as_record())
     except EemicrogptError as e:
         record.update(status=FAILED, error=one_line(e))
     except Exception as e:  # a bug or a backend fault in one run must not take the sweep down

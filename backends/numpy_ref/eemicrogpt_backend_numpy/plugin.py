@@ -33,4 +33,5 @@ def eemicrogpt_backends() -> Iterator[BackendSpec]:
         n_heads=None,
         dtypes=DTYPES,
         max_batch=4096,
+        envelope="any valid shape (d_model up to the config's bound)",
     )

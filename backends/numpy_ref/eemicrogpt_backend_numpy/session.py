@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from eemicrogpt_core.backend import TrainState
+from eemicrogpt_core.errors import NonFiniteError
 from eemicrogpt_core.model import ModelShape
 from eemicrogpt_core.reference import StepModel, prepare_batch
 
@@ -63,7 +64,7 @@ class NumpySession:
         """The session contract: a call never ends with non-finite state (it raises instead)."""
         for name, array in (("parameters", self._params), ("Adam m", self._m), ("Adam v", self._v)):
             if not np.all(np.isfinite(array)):
-                raise FloatingPointError(f"non-finite {name} after update {self._step}")
+                raise NonFiniteError(f"non-finite {name} after update {self._step}")
 
     def loss_and_grads(
         self, tokens: np.ndarray, lengths: np.ndarray, want_grads: bool = True

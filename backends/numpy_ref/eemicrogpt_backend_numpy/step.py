@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from eemicrogpt_core.errors import NonFiniteError
 from eemicrogpt_core.optim import ADAM_BETA1, ADAM_BETA2, ADAM_EPS
 from eemicrogpt_core.reference import Batch, StepModel
 
@@ -52,7 +53,7 @@ def train_step(
     with np.errstate(invalid="ignore", over="ignore"):  # reported below as one clear error instead
         loss, cache = model.forward(batch)
     if not np.isfinite(loss):
-        raise FloatingPointError(f"non-finite loss ({loss}) at update {step}; parameters left unchanged")
+        raise NonFiniteError(f"non-finite loss ({loss}) at update {step}; parameters left unchanged")
     model.backward(batch, cache)
     adam.update(model.params, model.grads, m, v, step, lr)
     return loss

@@ -36,9 +36,10 @@ def _factory(shape: ModelShape, max_batch: int, dtype: str) -> BackendSession:
 def eemicrogpt_backends() -> Iterator[BackendSpec]:
     yield BackendSpec(
         name="example_c",
-        description="minimal portable C example built against eemicrogpt.h alone (d_model 16, 4 heads)",
+        description="minimal portable C example built against eemicrogpt.h alone (every model shape)",
         probe=_probe,
         factory=_factory,
         supports=library_supports(_library),  # the shapes are the C library's emg_supports
         max_batch=MAX_BATCH,
+        envelope="any valid shape of up to 2^31 - 1 parameters",
     )

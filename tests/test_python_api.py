@@ -1,0 +1,59 @@
+"""The Python API (package eemicrogpt): docs/python-api.md's examples run as written, and the API's own rules."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import eemicrogpt
+from eemicrogpt_core.testing import names_file
+
+DOC = Path(__file__).resolve().parents[1] / "docs" / "python-api.md"
+
+
+@pytest.fixture
+def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("EEMICROGPT_DATA", str(names_file()))
+    monkeypatch.setenv("EEMICROGPT_BACKEND", "numpy_ref")  # the same on every CPU
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def test_the_documented_examples_run(workdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    blocks = re.findall(r"```python\n(.*?)```", DOC.read_text(), re.S)
+    assert len(blocks) >= 4
+    namespace: dict[str, object] = {}
+    for block in blocks:
+        exec(compile(block, str(DOC), "exec"), namespace)
+    out = capsys.readouterr().out
+    assert "refused: " in out and "val loss" in out
+    assert (workdir / "model.safetensors").is_file()
+
+
+def test_train_returns_the_run_it_wrote(workdir: Path) -> None:
+    run = eemicrogpt.train(d_model=16, steps=40, log_every=20, out="r1", progress=False)
+    assert run.run_dir == Path("r1") and (workdir / "r1" / "checkpoint.npz").is_file()
+    assert run.step == 40 and run.losses is not None and run.losses.shape == (40,)
+    assert [m["step"] for m in run.metrics] == [20, 40]
+    loaded = eemicrogpt.load("r1")
+    assert np.array_equal(loaded.params, run.params) and loaded.vocab == run.vocab
+    assert loaded.metrics == run.metrics
+
+
+def test_keys_override_the_config_file(workdir: Path) -> None:
+    (workdir / "c.yaml").write_text("d_model: 32\nsteps: 10\nlog_every: 5\n")
+    run = eemicrogpt.train("c.yaml", d_model=16, out="r2", progress=False)
+    assert run.shape.d_model == 16 and run.total_steps == 10
+
+
+def test_errors_are_one_family(workdir: Path) -> None:
+    with pytest.raises(eemicrogpt.ConfigError):
+        eemicrogpt.train(d_mdoel=16, progress=False)
+    with pytest.raises(eemicrogpt.EemicrogptError):
+        eemicrogpt.load(workdir / "missing")
+    with pytest.raises(eemicrogpt.DataError, match="not found"):
+        eemicrogpt.train(data="no-such-names.txt", progress=False)
+    assert not (workdir / "runs").exists()  # nothing is created before the inputs are checked
