@@ -111,4 +111,4 @@ def test_library_refuses_only_a_cpu_without_its_features(stem: str, features: tu
     else:
         with pytest.raises(native.NativeBackendError) as info:
             native.NativeSession(str(path), ModelShape(64, 4), 4)
-        assert info.value.status == 2  # EMG_ERR_UNSUPPORTED, not a SIGILL
+        assert info.value.status == native.STATUS["EMG_ERR_UNSUPPORTED"]  # not a SIGILL

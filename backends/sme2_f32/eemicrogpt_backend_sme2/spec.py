@@ -17,8 +17,9 @@ from eemicrogpt_core.native import (
 
 from . import probe
 
-# The shapes (d_model 64 and 128, where the seed measured SME2 ahead) are declared once, by supports() in
-# sme2_common/sme2_step.c; the spec asks the library.
+# The shapes are declared once, by supports() in sme2_common/sme2_step.c; the spec asks the library, and
+# ENVELOPE says the same in words for `eemicrogpt backends`.
+ENVELOPE = "d_model 64-256 in steps of 16, any heads with head_dim >= 4, vocabulary 2-256, context 1-64, 1-8 layers"
 
 
 def sme2_spec(
@@ -59,4 +60,5 @@ def sme2_spec(
         dtypes=("float32",),
         max_batch=MAX_BATCH,
         precision=precision,
+        envelope=ENVELOPE,
     )
