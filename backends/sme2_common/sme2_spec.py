@@ -1,10 +1,18 @@
-"""The BackendSpec of an SME2 backend: one definition for sme2_f32 and sme2_f16 (same shapes, same ABI)."""
+"""The SME2 backends (sme2_f32, sme2_f16, sme2_f16w): what each is, its BackendSpec and its plugin object.
+
+One definition for the three (same kernels source, same shapes, same ABI). Copied by setup.py into the
+package of each distribution that ships one of them (eemicrogpt_backend_sme2, eemicrogpt_backend_sme2_f16)
+as `spec.py`, beside `probe.py`; that package's plugin.py names the backends it registers.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from eemicrogpt_core.backend import BackendSession, BackendSpec, ProbeResult
+from eemicrogpt_core.hookspec import hookimpl
 from eemicrogpt_core.model import ModelShape
 from eemicrogpt_core.native import (
     MAX_BATCH,
@@ -20,6 +28,39 @@ from . import probe
 # The shapes are declared once, by supports() in sme2_common/sme2_step.c; the spec asks the library, and
 # ENVELOPE says the same in words for `eemicrogpt backends`.
 ENVELOPE = "d_model 64-256 in steps of 16, any heads with head_dim >= 4, vocabulary 2-256, context 1-64, 1-8 layers"
+
+
+@dataclass(frozen=True)
+class Sme2Backend:
+    """One build of the shared kernels (sme2_common/sme2_setup.py's VARIANTS) and how `auto` ranks it."""
+
+    name: str
+    stem: str  # the library's file name stem (the module setup.py builds in the package)
+    description: str
+    f16f16: bool  # needs FEAT_SME_F16F16 (the non-widening fp16 FMOPA)
+    score: int
+    precision: str = "fp32"
+
+
+BACKENDS = {backend.name: backend for backend in (
+    # Above neon (10) and numpy_ref (1): the seed measured the FMOPA path 5-9x faster from d_model 64, and
+    # supports() keeps `auto` from picking it below that.
+    Sme2Backend("sme2_f32", "_emg_sme2",
+                "SME2 FMOPA (fp32, four za32 tiles): packed-row GEMMs in streaming mode, glue and Adam in C",
+                f16f16=False, score=60),
+    # `auto` considers the fp16 backends only when fp16 is asked for (precision: fp16), never for the
+    # default fp32. On M5 the seed measured sme2_f16 ~50% slower than fp32 FMOPA at d64; M4 lacks F16F16.
+    Sme2Backend("sme2_f16", "_emg_sme2_f16",
+                "SME2 FMOPA with fp16 accumulation (two za16 tiles); fp32 master weights, gradient sums and Adam",
+                f16f16=True, score=10, precision="fp16"),
+    # Above sme2_f16: where both run (M5) it is the more accurate (fp32 accumulation) and executes fewer
+    # instructions per step in the lane's count (sme2_f16's README); not timed on hardware. On M4 it is the
+    # only fp16 backend.
+    Sme2Backend("sme2_f16w", "_emg_sme2_f16w",
+                "SME2 FMOPA with fp16 operands and fp32 accumulation (widening FMOPA, four za32 tiles; no "
+                "FEAT_SME_F16F16 needed: Apple M4); fp32 master weights, gradient sums and Adam",
+                f16f16=False, score=20, precision="fp16"),
+)}
 
 
 def sme2_spec(
@@ -62,3 +103,18 @@ def sme2_spec(
         precision=precision,
         envelope=ENVELOPE,
     )
+
+
+class Sme2Plugin:
+    """The eemicrogpt plugin of one SME2 backend whose library was built into package_dir: an entry point of
+    group `eemicrogpt.backends` names the object (`package.plugin:name`), so that EEMICROGPT_DISABLE_PLUGINS
+    can name each backend of a distribution."""
+
+    def __init__(self, name: str, package_dir: Path) -> None:
+        self.backend = BACKENDS[name]
+        self.package_dir = package_dir
+
+    @hookimpl
+    def eemicrogpt_backends(self) -> Iterator[BackendSpec]:
+        b = self.backend
+        yield sme2_spec(b.name, b.description, self.package_dir, b.stem, b.f16f16, b.score, b.precision)

@@ -7,8 +7,7 @@ import itertools
 from pathlib import Path
 from typing import Any
 
-from eemicrogpt_backend_sme2_f16 import plugin_f16w
-from eemicrogpt_backend_sme2_f16.plugin import LIBRARY_STEM, PACKAGE_DIR
+from eemicrogpt_backend_sme2_f16.plugin import PACKAGE_DIR, sme2_f16, sme2_f16w
 
 from eemicrogpt_core.abi_testing import UNSUPPORTED, NativeAbiContract, raw_shape
 from eemicrogpt_core.native import _ffi, find_library
@@ -34,11 +33,11 @@ class TestSme2F16Abi(Envelope, NativeAbiContract):
     backend_name = "sme2_f16"
 
     def library_path(self) -> Path | None:
-        return find_library(PACKAGE_DIR, LIBRARY_STEM)
+        return find_library(PACKAGE_DIR, sme2_f16.backend.stem)
 
 
 class TestSme2F16wAbi(Envelope, NativeAbiContract):
     backend_name = "sme2_f16w"
 
     def library_path(self) -> Path | None:
-        return find_library(PACKAGE_DIR, plugin_f16w.LIBRARY_STEM)
+        return find_library(PACKAGE_DIR, sme2_f16w.backend.stem)

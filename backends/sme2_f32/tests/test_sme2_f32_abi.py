@@ -6,7 +6,7 @@ import itertools
 from pathlib import Path
 from typing import Any
 
-from eemicrogpt_backend_sme2.plugin import LIBRARY_STEM, PACKAGE_DIR
+from eemicrogpt_backend_sme2.plugin import PACKAGE_DIR, sme2_f32
 
 from eemicrogpt_core.abi_testing import UNSUPPORTED, NativeAbiContract, raw_shape
 from eemicrogpt_core.native import _ffi, find_library
@@ -16,7 +16,7 @@ class TestSme2F32Abi(NativeAbiContract):
     backend_name = "sme2_f32"
 
     def library_path(self) -> Path | None:
-        return find_library(PACKAGE_DIR, LIBRARY_STEM)
+        return find_library(PACKAGE_DIR, sme2_f32.backend.stem)
 
     def test_supports_every_shape_of_the_envelope(self, lib: Any) -> None:
         """d_model 64-256 in steps of 16 with every head count the ABI allows, at the bounds of the rest."""
