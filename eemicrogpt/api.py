@@ -11,6 +11,7 @@ import numpy as np
 
 from eemicrogpt_core.checkpoint import load_checkpoint
 from eemicrogpt_core.config import TrainConfig, load_config, resolve_backend
+from eemicrogpt_core.data import clean_prefix
 from eemicrogpt_core.datafile import resolve_data_path
 from eemicrogpt_core.errors import ConfigError
 from eemicrogpt_core.limits import check_memory
@@ -51,8 +52,8 @@ class Run:
     def sample(self, n: int = 10, temperature: float = 0.5, seed: int = 0, *, prefix: str = "",
                max_len: int | None = None, unique: bool = False) -> list[str]:
         """n names (temperature 0: greedy); see eemicrogpt_core.sampling.generate."""
-        return generate(self.params, self.shape, self.vocab, n, temperature, seed, prefix=prefix, max_len=max_len,
-                        unique=unique)
+        return generate(self.params, self.shape, self.vocab, n, temperature, seed,
+                        prefix=clean_prefix(prefix, self.config.lowercase), max_len=max_len, unique=unique)
 
     def logits(self, text: str) -> np.ndarray:
         """Logits [len(text) + 1, vocab] after the boundary and each character of text (float64)."""

@@ -83,11 +83,12 @@ class Raw:
     def close(self) -> None:
         self.lib.emg_destroy(self.s)
 
+    # (the ignores: cffi's stubs want a Buffer, and numpy's stubs call ndarray one only from Python 3.12)
     def f32(self, a: np.ndarray | None) -> Any:
-        return self.ffi.NULL if a is None else self.ffi.cast("float *", self.ffi.from_buffer(a))
+        return self.ffi.NULL if a is None else self.ffi.cast("float *", self.ffi.from_buffer(a))  # type: ignore[call-overload]
 
     def u8(self, a: np.ndarray | None) -> Any:
-        return self.ffi.NULL if a is None else self.ffi.cast("uint8_t *", self.ffi.from_buffer(a))
+        return self.ffi.NULL if a is None else self.ffi.cast("uint8_t *", self.ffi.from_buffer(a))  # type: ignore[call-overload]
 
     def set(self, st: State) -> int:
         return self.lib.emg_set_state(self.s, self.f32(st.params), self.f32(st.m), self.f32(st.v), st.step)
@@ -396,7 +397,8 @@ class NativeAbiContract:
         parameter alone (the first or the last: on a threaded step, the first and the last thread's share of a
         fused update) must be caught too."""
         st = fresh(shape, step=1000)
-        st.m[{"all": slice(None), "first": 0, "last": -1}[where]] = 3e38
+        positions: dict[str, slice | int] = {"all": slice(None), "first": 0, "last": -1}
+        st.m[positions[where]] = 3e38
         st.v[:] = 0.0
         raw.set(st)
         tokens, lengths = batches(1, SESSION_BATCH, seed=12)

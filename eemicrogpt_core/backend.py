@@ -49,7 +49,11 @@ class TrainState:
 
 @runtime_checkable
 class BackendSession(Protocol):
-    """A live backend instance for one model shape. Inputs arrive already validated by the core."""
+    """A live backend instance for one model shape. Inputs arrive already validated by the core.
+
+    Optional: a session that can split a step across threads also has `set_threads(n) -> int` (ThreadedSession
+    below; a protocol cannot mark one method optional). Sessions without it run on one thread.
+    """
 
     def set_state(self, state: TrainState) -> None: ...
 
@@ -66,6 +70,15 @@ class BackendSession(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class ThreadedSession(Protocol):
+    """The optional part of BackendSession: splitting each step across threads."""
+
+    def set_threads(self, n: int) -> int:
+        """Run each step on n threads; returns the count in use. The same n gives bit-identical results."""
+        ...
 
 
 SessionFactory = Callable[[ModelShape, int, str], BackendSession]  # (shape, max_batch, dtype)

@@ -325,7 +325,7 @@ def loss_at(
 
 def _plain(row: Any) -> Any:
     """A dataclass row as a dict; NaN (a failed cell's numbers) as null, which JSON can hold."""
-    if not dataclasses.is_dataclass(row):
+    if not dataclasses.is_dataclass(row) or isinstance(row, type):
         return row
     return {k: None if isinstance(v, float) and v != v else v for k, v in dataclasses.asdict(row).items()}
 

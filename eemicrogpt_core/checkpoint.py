@@ -7,8 +7,9 @@ train losses (so the rolling mean continues too), the sha256 of the names file, 
 (format 3) the vocabulary's symbols; the model's shape is the saved config's with that vocabulary.
 
 Formats 1 and 2 predate symbol tables and per-layer shapes: they load as the makemore names' vocabulary
-(a-z), one layer and context 15 (their 16-token rows held at most 15 predictions; the never-trained 16th
-position row, whose Adam moments are zero, is dropped), so a resume continues exactly as before.
+(a-z, case folded as those versions did), one layer and context 15 (their 16-token rows held at most 15
+predictions; the never-trained 16th position row, whose Adam moments are zero, is dropped), so a resume
+continues exactly as before.
 
 Reading trusts nothing in the file: every .npy header inside the zip is checked (dtype, shape against the
 saved config) before its data is read, so a small file cannot make the reader allocate gigabytes, and every
@@ -92,7 +93,7 @@ def save_checkpoint(path: Path, ckpt: Checkpoint) -> None:
         "symbols": list(ckpt.vocab.symbols),
     }
     buf = io.BytesIO()
-    arrays = {name: _float_array(getattr(ckpt.state, name)) for name in _ARRAYS}
+    arrays: dict[str, Any] = {name: _float_array(getattr(ckpt.state, name)) for name in _ARRAYS}
     np.savez(buf, meta=np.array(json.dumps(meta, allow_nan=False)), **arrays)
     atomic_write_bytes(Path(path), buf.getvalue())
 
@@ -163,7 +164,7 @@ def _checked(meta: dict[str, Any]) -> tuple[int, int, dict[str, Any], list[float
         raise CheckpointError(f"total_steps {total} is outside 1..{MAX_STEPS}")
     if not 0 <= step <= total:
         raise CheckpointError(f"step {step} is outside 0..{total}")
-    sampler_state = meta.get("sampler_state")
+    sampler_state: Any = meta.get("sampler_state")  # checked just below
     problem = sampler_state_problem(sampler_state)
     if problem is not None:
         raise CheckpointError(f"damaged sampler state ({problem})")
@@ -206,7 +207,9 @@ def _read(path: Path) -> Checkpoint:
         if not isinstance(meta.get("config"), dict):
             raise CheckpointError("the saved config is missing or not a mapping")
         legacy = meta["version"] < 3
-        saved_config = dict(meta["config"], context=LEGACY_CONTEXT) if legacy else meta["config"]
+        # Formats 1-2 folded case before their a-z check: a resume folds it too, or a names file with capitals
+        # that trained then would now be refused at its first capital.
+        saved_config = dict(meta["config"], context=LEGACY_CONTEXT, lowercase=True) if legacy else meta["config"]
         try:
             config = build_config([(f"{path} (saved config)", saved_config)])
         except ConfigError as e:

@@ -10,7 +10,6 @@ import json
 import math
 import signal
 import sys
-import unicodedata
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -21,8 +20,9 @@ from typer.core import TyperGroup
 
 from . import __version__, bench
 from .checkpoint import Checkpoint, load_checkpoint
-from .config import MAX_D_MODEL, TrainConfig, build_config, load_config, resolve_backend
-from .data import encode, read_names, split
+from .config import MAX_D_MODEL, SETTINGS, TrainConfig, build_config, load_config, resolve_backend
+from .config_options import flag_of, with_config_options
+from .data import clean_prefix, encode, read_names, split
 from .datafile import resolve_data_path
 from .errors import CheckpointError, ConfigError, EemicrogptError, describe_os_error
 from .limits import check_memory
@@ -112,11 +112,8 @@ def main(
     pass  # the app's help text is set on the Typer above
 
 
-_THREADS_HELP = "threads per step (default: the physical cores available; same threads => same losses)"
-_PRECISION_HELP = ("matrix-product precision: fp32, bf16 or fp16 (default: auto picks fp32, a named backend runs in "
-                   "its own; reduced precision is never picked unless asked for)")
-_BACKEND_HELP = "backend name or 'auto' (precedence: this flag > $EEMICROGPT_BACKEND > config > auto)"
-_DATA_HELP = "names file (precedence: this flag > $EEMICROGPT_DATA > config > cached makemore names.txt)"
+_BACKEND_HELP = SETTINGS["backend"].help
+_DATA_HELP = SETTINGS["data"].help
 
 
 def _summary(result: TrainResult, cfg: TrainConfig, console: Console) -> None:
@@ -173,9 +170,10 @@ def _check_same_data(ckpt: Checkpoint, prepared: PreparedData, cfg: TrainConfig,
 
 def _resume_setup(
     registry: BackendRegistry, resume: Path, backend: str | None, data: str | None, allow_data_change: bool,
-    console: Console,
+    console: Console, extend_to: int | None = None,
 ) -> tuple[TrainConfig, RunDir, Checkpoint, PreparedData] | None:
-    """The saved run with only backend and data overridable; None when it has already finished."""
+    """The saved run with only backend and data overridable; None when it has already finished (and no
+    extend_to asks for more steps)."""
     run = RunDir.existing(resume)
     ckpt = load_checkpoint(run.checkpoint_path)
     data_path = user_path(data, "--data") if data else ckpt.config.data
@@ -183,8 +181,17 @@ def _resume_setup(
         ckpt.config, backend=resolve_backend(backend, ckpt.config.backend), data=str(data_path) if data_path else None,
         out=str(run.path),
     )
-    if ckpt.state.step >= ckpt.total_steps:
-        console.print(f"{run.path} already finished ({ckpt.total_steps:,} steps); nothing to resume")
+    if extend_to is not None:
+        if extend_to <= ckpt.state.step:
+            raise ConfigError(f"--steps {extend_to:,} with --resume must be more than the {int(ckpt.state.step):,} "
+                              "steps this run has done")
+        cfg = dataclasses.replace(cfg, steps=extend_to)
+        console.print(f"extending to {extend_to:,} steps (from {ckpt.total_steps:,}): the learning rate decays "
+                      f"linearly to 0 over all {extend_to:,}, so step {int(ckpt.state.step) + 1:,} continues at "
+                      f"{ckpt.config.lr * (1 - ckpt.state.step / extend_to):.3g}", highlight=False)
+    elif ckpt.state.step >= ckpt.total_steps:
+        console.print(f"{run.path} already finished ({ckpt.total_steps:,} steps); nothing to resume (pass "
+                      "--steps N to train on to N steps)")
         return None
     chosen = registry.select(cfg.backend, ckpt.shape, cfg.batch, cfg.dtype, cfg.precision).name
     prepared = prepare_data(cfg, ckpt.vocab)
@@ -199,64 +206,53 @@ def _resume_setup(
 
 
 @app.command("train")
+@with_config_options
 def train_cmd(
     config: Annotated[
         Path | None, typer.Option("--config", "-c", help="YAML config (default: built in, equal to configs/d64.yaml)")
     ] = None,
-    backend: Annotated[str | None, typer.Option(help=_BACKEND_HELP)] = None,
-    d_model: Annotated[int | None, typer.Option(help="model width")] = None,
-    n_heads: Annotated[int | None, typer.Option(help="attention heads (must divide d_model)")] = None,
-    batch: Annotated[int | None, typer.Option(help="names per step")] = None,
-    steps: Annotated[int | None, typer.Option(help="training steps (the LR decays to zero over them)")] = None,
-    time_budget: Annotated[
-        float | None, typer.Option(help="seconds of training (measured by a short warm-up first); the steps that "
-                                   "fit replace --steps")
-    ] = None,
-    lr: Annotated[float | None, typer.Option(help="initial learning rate")] = None,
-    seed: Annotated[int | None, typer.Option(help="seed of init, split and batches")] = None,
-    data: Annotated[str | None, typer.Option(help=_DATA_HELP)] = None,
-    drop_invalid: Annotated[
-        bool, typer.Option("--drop-invalid", help="skip names with characters outside a-z (counted)")
-    ] = False,
-    out: Annotated[str | None, typer.Option(help="run directory (default runs/<time>-d<d_model>)")] = None,
-    log_every: Annotated[int | None, typer.Option(help="steps between log lines, val loss and checkpoints")] = None,
     resume: Annotated[Path | None, typer.Option(help="continue the run in this directory exactly")] = None,
     allow_data_change: Annotated[
         bool, typer.Option("--allow-data-change", help="with --resume: continue even though the names file "
                            "differs from the one the run trained on (its sha256 is in the checkpoint)")
     ] = False,
-    threads: Annotated[int | None, typer.Option(help=_THREADS_HELP)] = None,
-    precision: Annotated[str | None, typer.Option(help=_PRECISION_HELP)] = None,
+    *,
+    overrides: dict[str, Any],
 ) -> None:
-    """Train a model; writes config.yaml, metrics.jsonl and checkpoint.npz to the run directory."""
+    """Train a model; writes config.yaml, metrics.jsonl and checkpoint.npz to the run directory.
+
+    Each value comes from: its flag > the --config file > the preset of the chosen d_model > the built-in default.
+    """
     console = Console(soft_wrap=True)  # log lines stay whole in logs and pipes
-    overrides = {
-        "d_model": d_model, "n_heads": n_heads, "batch": batch, "steps": steps, "time_budget": time_budget,
-        "lr": lr, "seed": seed, "out": out, "log_every": log_every, "drop_invalid": drop_invalid or None,
-        "threads": threads, "precision": precision,
-    }
+    # backend and data have their own precedence, with an environment variable between flag and config.
+    backend, data = overrides.pop("backend"), overrides.pop("data")
     registry = load_registry()
     if resume is not None:
-        given = [f"--{k.replace('_', '-')}" for k, v in overrides.items() if v is not None and k != "threads"]
+        changeable = [key for key in overrides if SETTINGS[key].on_resume]
+        extend_to = overrides.pop("steps")  # --steps with --resume: train on to that many steps
+        given = [flag_of(key) for key, v in overrides.items() if v is not None and key not in changeable]
         if config is not None:
             given.insert(0, "--config")
         if given:
+            allowed = ", ".join(flag_of(key) for key, setting in SETTINGS.items() if setting.on_resume)
             raise ConfigError(f"--resume continues the saved config; drop {', '.join(given)} "
-                              "(only --backend, --data and --threads may change)")
-        setup = _resume_setup(registry, resume, backend, data, allow_data_change, console)
+                              f"(only {allowed} may change, and --steps extends the run)")
+        setup = _resume_setup(registry, resume, backend, data, allow_data_change, console, extend_to)
         if setup is None:
             return
         cfg, run, ckpt, prepared = setup
-        if threads is not None:
-            cfg = build_config([("command line", {"threads": threads})], cfg)  # checked like any override
+        changes = {key: overrides[key] for key in changeable if overrides[key] is not None}
+        if changes:
+            cfg = build_config([("command line", changes)], cfg)  # checked like any override
     else:
         if allow_data_change:
             raise ConfigError("--allow-data-change only applies with --resume")
         cfg, run, prepared = _fresh_setup(registry, config, overrides, backend, data)
-        ckpt = None
+        ckpt, extend_to = None, None
     run.claim()  # a second process training (or resuming) this directory stops here
     try:
-        result = train(cfg, registry, run_dir=run, resume=ckpt, reporter=RichReporter(console), data=prepared)
+        result = train(cfg, registry, run_dir=run, resume=ckpt, reporter=RichReporter(console), data=prepared,
+                       extend_to=extend_to)
     finally:
         run.release()
     _summary(result, cfg, console)
@@ -293,7 +289,7 @@ def sample_cmd(
         raise ConfigError(f"--out {target} already exists; choose a new file (samples never overwrite one)")
     ckpt = load_checkpoint(RunDir.existing(run_dir).checkpoint_path)
     names = generate(ckpt.state.params, ckpt.shape, ckpt.vocab, n=n, temperature=temperature, seed=seed,
-                     prefix=unicodedata.normalize("NFC", prefix), max_len=max_len, unique=unique)
+                     prefix=clean_prefix(prefix, ckpt.config.lowercase), max_len=max_len, unique=unique)
     if target is None:
         for name in names:
             print(name)
@@ -475,7 +471,7 @@ def bench_cmd(
             peaks[prec], peak_sources[prec] = measured.gflops, f"measured by {measured.source}"
     console = _wide_console(stderr=as_json)
     console.print(f"timing {', '.join(e.name for e in entries)} at d_model {', '.join(map(str, sizes))} ...")
-    timing = {"peaks": peaks, "repeats": repeats, "target_s": seconds}
+    timing: dict[str, Any] = {"peaks": peaks, "repeats": repeats, "target_s": seconds}
     rows, notes = bench.measure(bench.speed_cells(entries, sizes, threads=thread_counts), train_set, form=form,
                                 **timing)
     scaling: list[bench.BenchRow] = []

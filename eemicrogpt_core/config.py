@@ -1,4 +1,10 @@
-"""Training configuration: a dataclass, loaded from YAML, overridden by CLI flags, checked key by key.
+"""Training configuration: one schema (the TrainConfig fields), loaded from YAML, overridden by CLI flags, checked
+key by key.
+
+Each key is written once, as a TrainConfig field: its type is the annotation, its default the field's default,
+and its bounds, help text and CLI spelling are the field's `Setting`. The YAML loader, the checks, the error
+messages and the `eemicrogpt train` options (cli.py) are all derived from the fields, so adding a key means
+adding one field.
 
 The dataclass defaults are the built-in default run (the same run as configs/d64.yaml; a test keeps them
 equal), so an installed package needs no config file.
@@ -12,7 +18,9 @@ import math
 import os
 import re
 import reprlib
-from collections.abc import Mapping
+import types
+import typing
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,7 +29,7 @@ import yaml
 
 from .abi import MAX_CONTEXT, MAX_LAYERS
 from .errors import ConfigError
-from .model import DEFAULT_CONTEXT, ModelShape, default_heads
+from .model import DEFAULT_CONTEXT, NAMES_VOCAB, ModelShape, ShapeError, default_heads
 from .precision import PRECISIONS
 
 DTYPES = ("float32", "float64", "float16")
@@ -32,7 +40,8 @@ DEFAULT_SOURCE = "built-in default"
 # width, and 1024 (12.6M parameters) is already far beyond what these CPUs train usefully. Steps: the trainer
 # keeps every step's loss of an invocation in memory (4 bytes each), 400 MB at the bound.
 MAX_D_MODEL = 1024
-MAX_BATCH = 4096
+# The largest batch a config may ask for (numpy_ref takes all of it; a native session at most abi.MAX_NATIVE_BATCH).
+MAX_CONFIG_BATCH = 4096
 MAX_STEPS = 100_000_000
 MAX_CHUNK_STEPS = 10_000
 MAX_EVAL_BATCHES = 10_000
@@ -40,35 +49,96 @@ MAX_SEED = 2**63 - 1
 MAX_TIME_BUDGET = 7 * 24 * 3600.0
 MAX_CONFIG_BYTES = 1 << 20  # a config is a few hundred bytes; refuse to parse megabytes
 
+# Hyperparameters per size (configs/dNN.yaml mirror these; a test keeps them equal). A run of one of these widths
+# gets its preset for every value that neither the command line nor the config file gives (load_config).
+# d16: the seed's bpc@1s row ran ~19,500 steps at lr 0.01.
+# d32: 30k steps at 0.005, between the seed's 1-second 0.01 (~6k steps) and its 500k-step 0.002
+#   (measured on avx512: train 1.96, val 2.05).
+# d64: the default run (TrainConfig's defaults).
+# d128: the seed's example (-DD_MODEL=128 -DN_HEADS=8 -DN_STEPS=10000 -DLR=0.003) with the SME2 rows'
+#   lower 0.002 (the widest model gets the lower LR; not tuned).
+PRESETS: dict[int, dict[str, Any]] = {
+    16: {"d_model": 16, "n_heads": default_heads(16), "steps": 20000, "lr": 0.01},
+    32: {"d_model": 32, "n_heads": default_heads(32), "steps": 30000, "lr": 0.005},
+    64: {},
+    128: {"d_model": 128, "n_heads": default_heads(128), "steps": 10000, "lr": 0.002},
+}
+
+
+@dataclass(frozen=True)
+class Setting:
+    """What a config key accepts beyond its type (the field's annotation), and how the command line offers it.
+
+    Bounds apply to numbers; choices to strings. Errors read "SOURCE: KEY must be ...".
+    """
+
+    help: str
+    minimum: float | None = None
+    maximum: float | None = None
+    open_minimum: bool = False  # the minimum itself is refused (floats only)
+    open_maximum: bool = False  # the maximum itself is refused (floats only)
+    choices: tuple[str, ...] | None = None
+    null_means: str | None = None  # what null stands for, said in errors: "(or null for ...)"
+    check: Callable[[Any], str | None] | None = None  # a rule bounds cannot say: the problem ("must ..."), or None
+    flag: str | None = None  # the CLI option when not --key-with-dashes
+    on_resume: bool = False  # `train --resume` may change it (the rest is the saved run's)
+
+
+_SETTING = "eemicrogpt.setting"
+
+
+def _key(default: Any, help: str, **rules: Any) -> Any:
+    """A TrainConfig field: its default and its Setting."""
+    return dataclasses.field(default=default, metadata={_SETTING: Setting(help, **rules)})
+
+
+def _named_backend(value: str) -> str | None:
+    return None if value.strip() else "must be a backend name or 'auto', got an empty string"
+
 
 @dataclass(frozen=True)
 class TrainConfig:
-    # Default run: d64 for 40,000 steps at lr 0.002, about ten seconds on avx512 here (~240 us/step on a quiet
-    # core). Measured on this machine (avx512): this run reached val loss 1.99; d32 for 80k steps (same wall
-    # time) 2.02-2.03, d64 for 20k steps at 0.003 2.01. The seed's 0.002 for its longer d64 runs held up.
-    d_model: int = 64
-    n_heads: int = default_heads(64)
-    n_layers: int = 1
-    context: int = DEFAULT_CONTEXT  # predictions per name (microgpt's block_size); longer names are truncated
-    lowercase: bool = False  # fold case before the vocabulary is built
-    batch: int = 16
-    steps: int = 40000
-    time_budget: float | None = None  # seconds; when set, the steps that fit replace `steps`
-    lr: float = 0.002
-    seed: int = 42
-    backend: str = "auto"
-    data: str | None = None  # names file; None: $EEMICROGPT_DATA, else the cached makemore names.txt
-    drop_invalid: bool = False  # skip (and count) names with characters outside a-z instead of failing
-    val_fraction: float = 0.1
-    log_every: int = 1000
-    eval_batches: int = 20  # fixed validation batches of `batch` names each
-    chunk_steps: int = 250  # steps per backend call: amortises Python overhead
-    out: str | None = None  # run directory; None: runs/<time>-d<d_model>
-    dtype: str = "float32"
-    threads: int | None = None  # threads per step; None: the physical cores available (eemicrogpt_core.threads)
+    # Default run: d64 for 40,000 steps at lr 0.002, the seed's rate for its longer d64 runs (docs/benchmarks.md
+    # has its measured loss and speed).
+    # The model's keys (d_model, n_heads, n_layers, context) are checked together by ModelShape (_check_values);
+    # their Settings hold only what ModelShape does not rule on.
+    d_model: int = _key(64, f"model width; {', '.join(f'd{d}' for d in PRESETS)} bring their preset "
+                        "(lr, steps, heads) for the values not given", maximum=MAX_D_MODEL)
+    n_heads: int = _key(default_heads(64), "attention heads (must divide d_model, head size >= 4)")
+    n_layers: int = _key(1, f"transformer blocks, 1..{MAX_LAYERS}")
+    context: int = _key(DEFAULT_CONTEXT, f"predictions per name (microgpt's block_size), 1..{MAX_CONTEXT}; longer "
+                        "names are truncated")
+    batch: int = _key(16, "names per step", minimum=1, maximum=MAX_CONFIG_BATCH)
+    steps: int = _key(40000, "training steps (the LR decays to zero over them)", minimum=1, maximum=MAX_STEPS)
+    time_budget: float | None = _key(  # seconds; when set, the steps that fit replace `steps`
+        None, "seconds of training (measured by a short warm-up first); the steps that fit replace --steps",
+        minimum=0.0, open_minimum=True, maximum=MAX_TIME_BUDGET)
+    lr: float = _key(0.002, "initial learning rate", minimum=0.0)
+    seed: int = _key(42, "seed of init, split and batches", minimum=0, maximum=MAX_SEED)
+    backend: str = _key("auto", "backend name or 'auto' (precedence: this flag > $EEMICROGPT_BACKEND > config > "
+                        "auto)", check=_named_backend, on_resume=True)
+    data: str | None = _key(None, "names file (precedence: this flag > $EEMICROGPT_DATA > config > cached makemore "
+                            "names.txt)", on_resume=True)
+    drop_invalid: bool = _key(False, "skip (and count) lines with a control character, or on --resume a character "
+                              "outside the run's vocabulary, instead of failing")
+    lowercase: bool = _key(False, "fold upper case to lower case before the vocabulary is built")
+    val_fraction: float = _key(0.1, "share of the names held out for validation, in [0, 1) (0: no validation)",
+                               minimum=0.0, maximum=1.0, open_maximum=True)
+    log_every: int = _key(1000, "steps between log lines, val loss and checkpoints", minimum=1, maximum=MAX_STEPS)
+    eval_batches: int = _key(20, "fixed validation batches of `batch` names each", minimum=1,
+                             maximum=MAX_EVAL_BATCHES)
+    chunk_steps: int = _key(250, "steps per backend call (amortises Python overhead)", minimum=1,
+                            maximum=MAX_CHUNK_STEPS)
+    out: str | None = _key(None, "run directory (default runs/<time>-d<d_model>)")
+    dtype: str = _key("float32", f"the session's arithmetic: {', '.join(DTYPES)} (each backend declares the ones it "
+                      "runs; all run float32)", choices=DTYPES)
+    threads: int | None = _key(None, "threads per step (default: the physical cores available; same threads => "
+                               "same losses)", minimum=1, null_means="the physical cores", on_resume=True)
     # The matrix products' precision (eemicrogpt_core.precision): None lets `auto` pick fp32 and a named backend
     # run in its own; "bf16"/"fp16" make `auto` pick the best such backend; a named backend must match it.
-    precision: str | None = None
+    precision: str | None = _key(None, f"matrix-product precision: {', '.join(PRECISIONS)} (default: auto picks "
+                                 "fp32, a named backend runs in its own; reduced precision is never picked unless "
+                                 "asked for)", choices=PRECISIONS)
 
     def model_shape(self, vocab: int) -> ModelShape:
         """The model this config trains on data whose vocabulary has `vocab` tokens."""
@@ -78,19 +148,29 @@ class TrainConfig:
         return dataclasses.asdict(self)
 
 
-# Hyperparameters per size (configs/dNN.yaml mirror these; a test keeps them equal).
-# d16: the seed's bpc@1s row ran ~19,500 steps at lr 0.01.
-# d32: 30k steps at 0.005, between the seed's 1-second 0.01 (~6k steps) and its 500k-step 0.002
-#   (measured here on avx512: train 1.96, val 2.05).
-# d64: the default run above.
-# d128: the seed's example (-DD_MODEL=128 -DN_HEADS=8 -DN_STEPS=10000 -DLR=0.003) with the SME2 rows'
-#   lower 0.002 (the widest model gets the lower LR; not tuned here).
-PRESETS: dict[int, dict[str, Any]] = {
-    16: {"d_model": 16, "n_heads": default_heads(16), "steps": 20000, "lr": 0.01},
-    32: {"d_model": 32, "n_heads": default_heads(32), "steps": 30000, "lr": 0.005},
-    64: {},
-    128: {"d_model": 128, "n_heads": default_heads(128), "steps": 10000, "lr": 0.002},
+def _types_of(hint: Any) -> tuple[type, ...]:
+    """The types a value of a field's annotation may have: `float | None` -> (float, NoneType)."""
+    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+        return typing.get_args(hint)
+    return (hint,)
+
+
+def settings_of(cls: type) -> dict[str, Setting]:
+    """Each field's Setting, in field order; a field declared without one is a programming error."""
+    out = {}
+    for f in dataclasses.fields(cls):
+        if _SETTING not in f.metadata:
+            raise TypeError(f"{cls.__name__}.{f.name} has no Setting: declare it with _key(default, help, ...)")
+        out[f.name] = f.metadata[_SETTING]
+    return out
+
+
+# The schema, derived from the fields: every key's Setting and the types its value may have.
+SETTINGS: dict[str, Setting] = settings_of(TrainConfig)
+FIELD_TYPES: dict[str, tuple[type, ...]] = {
+    key: _types_of(hint) for key, hint in typing.get_type_hints(TrainConfig).items()
 }
+KEYS = tuple(SETTINGS)
 
 
 def preset(d_model: int) -> TrainConfig:
@@ -99,36 +179,12 @@ def preset(d_model: int) -> TrainConfig:
     return TrainConfig(**PRESETS[d_model])
 
 
-_FIELD_TYPES: dict[str, tuple[type, ...]] = {
-    "d_model": (int,),
-    "n_heads": (int,),
-    "n_layers": (int,),
-    "context": (int,),
-    "lowercase": (bool,),
-    "batch": (int,),
-    "steps": (int,),
-    "time_budget": (float, type(None)),
-    "lr": (float,),
-    "seed": (int,),
-    "backend": (str,),
-    "data": (str, type(None)),
-    "drop_invalid": (bool,),
-    "val_fraction": (float,),
-    "log_every": (int,),
-    "eval_batches": (int,),
-    "chunk_steps": (int,),
-    "out": (str, type(None)),
-    "dtype": (str,),
-    "threads": (int, type(None)),
-    "precision": (str, type(None)),
-}
-
 _TYPE_WORDS = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}
 
 
 def _coerce(key: str, value: Any, where: str) -> Any:
     """Accept value when its type fits the key (ints count as floats; bools never count as numbers)."""
-    allowed = _FIELD_TYPES[key]
+    allowed = FIELD_TYPES[key]
     if value is None and type(None) in allowed:
         return None
     if isinstance(value, bool):
@@ -142,64 +198,92 @@ def _coerce(key: str, value: Any, where: str) -> Any:
     raise ConfigError(f"{where}: {key} must be {words}, got {type(value).__name__} {reprlib.repr(value)}")
 
 
+def _or_null(key: str, setting: Setting) -> str:
+    if type(None) not in FIELD_TYPES[key]:
+        return ""
+    return f" (or null for {setting.null_means})" if setting.null_means else " (or null)"
+
+
+def _float_problem(value: float, s: Setting) -> str | None:
+    low_ok = s.minimum is None or (value > s.minimum if s.open_minimum else value >= s.minimum)
+    high_ok = s.maximum is None or (value < s.maximum if s.open_maximum else value <= s.maximum)
+    if math.isfinite(value) and low_ok and high_ok:  # NaN fails isfinite
+        return None
+    if s.minimum is not None and s.maximum is not None:
+        interval = f"{'(' if s.open_minimum else '['}{s.minimum:,g}, {s.maximum:,g}{')' if s.open_maximum else ']'}"
+        return f"must be a finite number in {interval}, got {value}"
+    if s.minimum is not None:
+        return f"must be a finite number {'>' if s.open_minimum else '>='} {s.minimum:,g}, got {value}"
+    if s.maximum is not None:
+        return f"must be a finite number {'<' if s.open_maximum else '<='} {s.maximum:,g}, got {value}"
+    return f"must be a finite number, got {value}"
+
+
+def _problem(key: str, value: Any) -> str | None:
+    """What is wrong with a value of the right type for key, by the key's Setting (None: nothing)."""
+    s = SETTINGS[key]
+    if value is None or isinstance(value, bool):
+        return None
+    if isinstance(value, float):
+        problem = _float_problem(value, s)
+        if problem:
+            return problem
+    elif isinstance(value, int):
+        if s.minimum is not None and value < s.minimum:
+            return f"must be >= {s.minimum:,}{_or_null(key, s)}, got {value:,}"
+        if s.maximum is not None and value > s.maximum:
+            return f"must be <= {s.maximum:,}, got {value:,}"
+    elif isinstance(value, str) and s.choices is not None and value not in s.choices:
+        return f"must be one of {', '.join(s.choices)}{_or_null(key, s)}, got {value!r}"
+    return s.check(value) if s.check is not None else None
+
+
 def _check_values(cfg: TrainConfig, sources: Mapping[str, str]) -> None:
     """Reject impossible values, naming the key and where its value came from."""
 
     def fail(key: str, msg: str) -> None:
         raise ConfigError(f"{sources.get(key, DEFAULT_SOURCE)}: {key} {msg}")
 
-    for key in ("d_model", "n_heads", "batch", "steps", "log_every", "eval_batches", "chunk_steps"):
-        if getattr(cfg, key) < 1:
-            fail(key, f"must be >= 1, got {getattr(cfg, key)}")
-    for key, bound in (("d_model", MAX_D_MODEL), ("batch", MAX_BATCH), ("steps", MAX_STEPS),
-                       ("log_every", MAX_STEPS), ("eval_batches", MAX_EVAL_BATCHES),
-                       ("chunk_steps", MAX_CHUNK_STEPS), ("seed", MAX_SEED)):
-        if getattr(cfg, key) > bound:
-            fail(key, f"must be <= {bound:,}, got {getattr(cfg, key):,}")
-    if cfg.d_model % cfg.n_heads:
-        fail("n_heads", f"must divide d_model {cfg.d_model}, got {cfg.n_heads}")
-    if cfg.d_model // cfg.n_heads < 4:
-        fail("n_heads", f"leaves head_dim {cfg.d_model // cfg.n_heads} (d_model / n_heads must be >= 4)")
-    if not math.isfinite(cfg.lr) or cfg.lr < 0:
-        fail("lr", f"must be a finite number >= 0, got {cfg.lr}")
-    if cfg.time_budget is not None and not (math.isfinite(cfg.time_budget) and 0 < cfg.time_budget <= MAX_TIME_BUDGET):
-        fail("time_budget", f"must be a positive number of seconds up to {MAX_TIME_BUDGET:,.0f}, got {cfg.time_budget}")
-    if cfg.seed < 0:
-        fail("seed", f"must be >= 0, got {cfg.seed}")
-    if not 0.0 <= cfg.val_fraction < 1.0:  # also false for NaN
-        fail("val_fraction", f"must be in [0, 1) (0: no validation split), got {cfg.val_fraction}")
-    if not 1 <= cfg.n_layers <= MAX_LAYERS:
-        fail("n_layers", f"must be 1..{MAX_LAYERS}, got {cfg.n_layers}")
-    if not 1 <= cfg.context <= MAX_CONTEXT:
-        fail("context", f"must be 1..{MAX_CONTEXT}, got {cfg.context}")
-    if cfg.threads is not None and cfg.threads < 1:
-        fail("threads", f"must be >= 1 (or null for the physical cores), got {cfg.threads}")
-    if cfg.dtype not in DTYPES:
-        fail("dtype", f"must be one of {', '.join(DTYPES)}, got {cfg.dtype!r}")
-    if cfg.precision is not None and cfg.precision not in PRECISIONS:
-        fail("precision", f"must be one of {', '.join(PRECISIONS)} (or null), got {cfg.precision!r}")
-    if not cfg.backend.strip():
-        fail("backend", "must be a backend name or 'auto', got an empty string")
+    for key in KEYS:
+        problem = _problem(key, getattr(cfg, key))
+        if problem:
+            fail(key, problem)
+    try:  # the model's rules; any valid vocabulary will do, since the data decides it and no key sets it
+        cfg.model_shape(NAMES_VOCAB)
+    except ShapeError as e:
+        # A default at fault is blamed on the given shape key it clashes with (d_model: 30 leaves 4 heads wrong).
+        given = [sources[f.name] for f in dataclasses.fields(ModelShape) if f.name in sources]
+        source = sources.get(e.key) or (given[-1] if given else DEFAULT_SOURCE)
+        raise ConfigError(f"{source}: {e.key} {e.problem}") from None
 
 
 def build_config(
-    layers: list[tuple[str, Mapping[str, Any]]], base: TrainConfig | None = None
+    layers: Sequence[tuple[str, Mapping[str, Any]]], base: TrainConfig | None = None
 ) -> TrainConfig:
     """Apply (source, {key: value}) layers in order over base; later layers win. Values None are skipped."""
     values = (base or TrainConfig()).to_dict()
     sources: dict[str, str] = {}
-    valid = list(values)
     for source, mapping in layers:
         for key, value in mapping.items():
             if key not in values:
-                close = difflib.get_close_matches(str(key), valid, n=1)
+                close = difflib.get_close_matches(str(key), KEYS, n=1)
                 hint = f" (did you mean {close[0]!r}?)" if close else ""
-                raise ConfigError(f"{source}: unknown key {key!r}{hint}; valid keys: {', '.join(valid)}")
+                raise ConfigError(f"{source}: unknown key {key!r}{hint}; valid keys: {', '.join(KEYS)}")
             values[key] = _coerce(key, value, source)
             sources[key] = source
     cfg = TrainConfig(**values)
     _check_values(cfg, sources)
     return cfg
+
+
+def _preset_layer(layers: Sequence[tuple[str, Mapping[str, Any]]]) -> list[tuple[str, Mapping[str, Any]]]:
+    """The preset of the width the layers choose (the last d_model given, else the default's), as a layer."""
+    d_model = TrainConfig().d_model
+    for _, mapping in layers:
+        value = mapping.get("d_model")
+        if isinstance(value, int) and not isinstance(value, bool):
+            d_model = value
+    return [(f"d{d_model} preset", PRESETS[d_model])] if PRESETS.get(d_model) else []
 
 
 class _Yaml12Resolver(yaml.resolver.BaseResolver):
@@ -246,7 +330,8 @@ class _ConfigLoader(yaml.reader.Reader, yaml.scanner.Scanner, yaml.parser.Parser
             "10 in 1.1); write the plain decimal number you mean, or quote it for a string", node.start_mark)
 
 
-_ConfigLoader.add_constructor(_AMBIGUOUS_TAG, _ConfigLoader.construct_ambiguous)
+# The stubs accept only PyYAML's own loader classes here; _ConfigLoader is assembled from the same parts.
+_ConfigLoader.add_constructor(_AMBIGUOUS_TAG, _ConfigLoader.construct_ambiguous)  # type: ignore[type-var]
 
 
 class _ConfigDumper(yaml.emitter.Emitter, yaml.serializer.Serializer, yaml.representer.SafeRepresenter,
@@ -304,14 +389,15 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
 
 
 def load_config(path: str | Path | None, overrides: Mapping[str, Any] | None = None) -> TrainConfig:
-    """The YAML file (or the built-in default) with command-line overrides (None values ignored) on top."""
+    """The run a user asks for: command-line overrides (None values ignored) > the YAML file > the chosen width's
+    preset > the built-in default."""
     layers: list[tuple[str, Mapping[str, Any]]] = []
     if path is not None:
         layers.append((str(path), read_yaml(path)))
     if overrides:
         given = {k: v for k, v in overrides.items() if v is not None}
         layers.append(("command line", given))
-    return build_config(layers)
+    return build_config(_preset_layer(layers) + layers)
 
 
 def resolve_backend(flag: str | None, config_value: str, env: Mapping[str, str] = os.environ) -> str:

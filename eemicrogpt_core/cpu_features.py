@@ -10,6 +10,7 @@ from __future__ import annotations
 import ctypes
 import platform
 import sys
+from typing import Any
 
 AT_HWCAP = 16
 AT_HWCAP2 = 26
@@ -24,7 +25,7 @@ def os_name() -> str:
     return sys.platform
 
 
-def libc_function(name: str, restype: type, *argtypes: type):
+def libc_function(name: str, restype: type, *argtypes: type) -> Any:
     """A libc function with its C signature declared (ctypes would assume int everywhere)."""
     function = getattr(ctypes.CDLL(None), name)
     function.restype, function.argtypes = restype, list(argtypes)

@@ -46,10 +46,16 @@ class Dataset:
 
 
 def clean_name(raw: str, *, lowercase: bool = False) -> str:
-    """One line as a name: NFC-normalised, surrounding whitespace removed, case folded only when asked
-    (str.lower, which keeps ß as ß)."""
-    name = unicodedata.normalize("NFC", raw.strip())
-    return name.lower() if lowercase else name
+    """One line as a name: surrounding whitespace removed, case folded only when asked (str.lower, which
+    keeps ß as ß), then NFC-normalised (after folding: T + U+0308 lowercases to a pair NFC composes)."""
+    name = raw.strip()
+    return unicodedata.normalize("NFC", name.lower() if lowercase else name)
+
+
+def clean_prefix(prefix: str, lowercase: bool) -> str:
+    """A sampling prefix as the run's names were cleaned: NFC, folded when the run folded case (its inner
+    and trailing spaces are kept: "new " starts a second word)."""
+    return unicodedata.normalize("NFC", prefix.lower() if lowercase else prefix)
 
 
 def _control_char(name: str) -> str | None:
@@ -134,15 +140,18 @@ class Split:
 def split(data: Dataset, val_fraction: float, seed: int) -> Split:
     """Seeded shuffle, then the first ceil(val_fraction * N) names are validation.
 
-    val_fraction 0: no validation. Too few names to leave one for training (1 or 2 names at 10%): the
-    validation loss is measured on the training names, and the note says so."""
+    val_fraction 0: no validation. Too few names for the fraction (the held-out share would be over twice
+    val_fraction, e.g. 1 to 4 names at 10%): the validation loss is measured on the training names, and the
+    note says so."""
     if not 0.0 <= val_fraction < 1.0:
         raise DataError(f"val_fraction must be in [0, 1), got {val_fraction}")
     n = len(data)
     if val_fraction == 0.0:
         return Split(data, None, "no validation split (val_fraction 0): only the train loss is measured")
     n_val = int(np.ceil(val_fraction * n))
-    if n_val >= n:
+    # Too few to split: the held-out share would be more than twice the one asked for (2 names at 10% would
+    # hold out half of them), or nothing would be left to train on.
+    if n_val >= n or n_val > 2 * val_fraction * n:
         return Split(data, data, f"{n} names are too few to split off {val_fraction:.0%} for validation: the "
                      "validation loss is measured on the training names")
     order = np.random.default_rng([seed, 1]).permutation(n)  # stream 1: independent of init and batches
@@ -167,7 +176,7 @@ class BatchSampler:
         return self.data.tokens[index], self.data.lengths[index]
 
     def get_state(self) -> dict[str, Any]:
-        return self.rng.bit_generator.state
+        return dict(self.rng.bit_generator.state)
 
     def set_state(self, state: dict[str, Any]) -> None:
         problem = sampler_state_problem(state)

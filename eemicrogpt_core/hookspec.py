@@ -16,7 +16,7 @@ hookimpl = pluggy.HookimplMarker(PROJECT)
 
 
 @hookspec
-def eemicrogpt_backends() -> Iterable[BackendSpec]:
+def eemicrogpt_backends() -> Iterable[BackendSpec]:  # type: ignore[empty-body]  # a spec: only implementations run
     """Yield (or return a list of) BackendSpec descriptors.
 
     Do no work here: no native libraries loaded, no CPU probing. The registry calls each spec's probe

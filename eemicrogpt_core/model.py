@@ -41,7 +41,12 @@ def layer_tensor(layer: int, name: str) -> str:
 
 
 class ShapeError(ValueError):
-    """An impossible model shape."""
+    """An impossible model shape: `key` names the ModelShape field at fault (a config key of the same name),
+    `problem` says what is wrong ("must divide d_model 30, got 4")."""
+
+    def __init__(self, key: str, problem: str) -> None:
+        self.key, self.problem = key, problem
+        super().__init__(f"{key} {problem}")
 
 
 @dataclass(frozen=True)
@@ -55,22 +60,23 @@ class ModelShape:
     def __post_init__(self) -> None:
         problem = self.problem()
         if problem is not None:
-            raise ShapeError(problem)
+            raise ShapeError(*problem)
 
-    def problem(self) -> str | None:
-        """Why this shape is impossible (the rules emg_shape_valid checks in C), or None."""
-        if self.d_model < 1 or self.n_heads < 1:
-            return f"d_model and n_heads must be positive (got {self.d_model}, {self.n_heads})"
+    def problem(self) -> tuple[str, str] | None:
+        """The field at fault and why this shape is impossible (the rules emg_shape_valid checks in C), or None."""
+        for key in ("d_model", "n_heads"):
+            if getattr(self, key) < 1:
+                return key, f"must be >= 1, got {getattr(self, key)}"
         if self.d_model % self.n_heads:
-            return f"d_model {self.d_model} is not divisible by n_heads {self.n_heads}"
+            return "n_heads", f"must divide d_model {self.d_model}, got {self.n_heads}"
         if self.d_model // self.n_heads < 4:
-            return f"head_dim = d_model / n_heads must be >= 4 (got {self.d_model // self.n_heads})"
+            return "n_heads", f"leaves head_dim {self.d_model // self.n_heads} (d_model / n_heads must be >= 4)"
         if not 1 <= self.n_layers <= MAX_LAYERS:
-            return f"n_layers must be 1..{MAX_LAYERS} (got {self.n_layers})"
+            return "n_layers", f"must be 1..{MAX_LAYERS}, got {self.n_layers}"
         if not MIN_VOCAB <= self.vocab <= MAX_VOCAB:
-            return f"the vocabulary must have {MIN_VOCAB}..{MAX_VOCAB} tokens (got {self.vocab})"
+            return "vocab", f"must be {MIN_VOCAB}..{MAX_VOCAB} tokens, got {self.vocab}"
         if not 1 <= self.context <= MAX_CONTEXT:
-            return f"context must be 1..{MAX_CONTEXT} (got {self.context})"
+            return "context", f"must be 1..{MAX_CONTEXT}, got {self.context}"
         return None
 
     @property

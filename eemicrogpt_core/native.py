@@ -79,7 +79,7 @@ def _build_ffi() -> cffi.FFI:
     return ffi
 
 
-def load_library(path: str):
+def load_library(path: str) -> Any:
     """dlopen a backend library once per process and check its ABI version."""
     with _LOAD_LOCK:
         return _load_library(path)
@@ -88,7 +88,7 @@ def load_library(path: str):
 @functools.cache
 def _load_library(path: str) -> Any:
     ffi = _build_ffi()
-    lib = ffi.dlopen(path)
+    lib: Any = ffi.dlopen(path)  # its functions are the header's, declared at run time
     version = lib.emg_abi_version()  # the one function whose signature every ABI version shares
     if version != ABI_VERSION:
         raise RuntimeError(f"{Path(path).name} was built for native ABI version {version}; this eemicrogpt needs "
@@ -128,10 +128,11 @@ class NativeSession(BackendSession):
         _check("emg_create", self._lib.emg_create(shape_struct(self._ffi, shape), max_batch, out))
         self._session = out[0]
 
-    def _ptr(self, ctype: str, array: np.ndarray):
-        return self._ffi.cast(ctype, self._ffi.from_buffer(array))
+    # (the ignore: cffi's stubs want a Buffer, and numpy's stubs call ndarray one only from Python 3.12)
+    def _ptr(self, ctype: str, array: np.ndarray) -> Any:
+        return self._ffi.cast(ctype, self._ffi.from_buffer(array))  # type: ignore[call-overload]
 
-    def _live(self):
+    def _live(self) -> Any:
         if self._session is None:
             raise RuntimeError("this backend session is closed")
         return self._session

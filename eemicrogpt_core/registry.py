@@ -13,9 +13,10 @@ one as `distribution:name` (e.g. `--backend eemicrogpt-backend-x86:avx512`, or i
 
 from __future__ import annotations
 
+import functools
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any
@@ -257,13 +258,18 @@ def _load_entry_points(
         origin[plugin_name] = (dist_name, dist_version)
 
 
+def _listed(hook: Callable[[], Any]) -> list[Any]:
+    """What a plugin's hook yields or returns, as a list (None: nothing); plugin_guard checks the items."""
+    return list(hook() or ())
+
+
 def _collect_specs(
     manager: pluggy.PluginManager, failures: list[PluginFailure], origin: dict[str, tuple[str, str]]
 ) -> list[BackendEntry]:
     """Call each plugin's hook separately (with a deadline) so that one bad plugin cannot hide the others."""
     disabled = _disabled_names()
     impls = manager.hook.eemicrogpt_backends.get_hookimpls()
-    outcomes = plugin_guard.call_all([lambda f=impl.function: list(f() or ()) for impl in impls])
+    outcomes = plugin_guard.call_all([functools.partial(_listed, impl.function) for impl in impls])
     entries: list[BackendEntry] = []
     for impl, outcome in zip(impls, outcomes, strict=True):
         dist, version = origin.get(impl.plugin_name, (impl.plugin_name, ""))

@@ -39,7 +39,7 @@ import functools
 import itertools
 import os
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -53,6 +53,7 @@ from .errors import BackendSelectionError, BatchError, NonFiniteError
 from .model import DEFAULT_CONTEXT, NAMES_VOCAB, ModelShape, init_params, views
 from .optim import lr_schedule
 from .registry import BackendEntry, BackendRegistry, load_registry, open_session
+from .validate import ValidatedSession
 
 REFERENCE = "numpy_ref"
 SEED_SEQ = DEFAULT_CONTEXT + 1  # tokens per row at the kit's per-d_model shape
@@ -250,7 +251,7 @@ def _reference_entry(extra_plugins: tuple[object, ...]) -> BackendEntry:
 
 
 @contextmanager
-def _session(entry: BackendEntry, shape: ModelShape, max_batch: int, dtype: str) -> Iterator[Any]:
+def _session(entry: BackendEntry, shape: ModelShape, max_batch: int, dtype: str) -> Iterator[ValidatedSession]:
     session = open_session(entry, shape, max_batch, dtype)
     try:
         yield session
@@ -383,7 +384,7 @@ class BackendConformance:
     def shape(self, d_model: int) -> ModelShape:
         return ModelShape(d_model, self.heads_for(d_model))
 
-    def open(self, d_model: int, max_batch: int | None = None):
+    def open(self, d_model: int, max_batch: int | None = None) -> AbstractContextManager[ValidatedSession]:
         """A validated session of the backend under test (skips or fails when it cannot run here)."""
         if not self.backend_name:
             raise TypeError(f"{type(self).__name__} must set backend_name")
@@ -395,7 +396,7 @@ class BackendConformance:
             _unusable(self.backend_name, reason)
         return _session(entry, shape, batch, self.dtype)
 
-    def open_shape(self, shape: ModelShape, max_batch: int):
+    def open_shape(self, shape: ModelShape, max_batch: int) -> AbstractContextManager[ValidatedSession]:
         """A validated session at any shape; a shape the backend does not support fails (it is in the matrix)."""
         entry = _entry(self.backend_name, self.extra_plugins)
         assert entry.spec is not None
@@ -405,7 +406,7 @@ class BackendConformance:
                         pytrace=False)
         return _session(entry, shape, max_batch, self.dtype)
 
-    def open_reference(self, d_model: int, dtype: str = "float64"):
+    def open_reference(self, d_model: int, dtype: str = "float64") -> AbstractContextManager[ValidatedSession]:
         return _session(_reference_entry(self.extra_plugins), self.shape(d_model), self.batch, dtype)
 
     def names(self) -> tuple[str, ...]:

@@ -27,7 +27,7 @@ def to_torch(params: np.ndarray, shape: ModelShape) -> Any:
     torch = import_torch()
     nn = torch.nn
 
-    class MicroGPT(nn.Module):
+    class MicroGPT(nn.Module):  # type: ignore[name-defined]  # torch is imported at call time
         def __init__(self) -> None:
             super().__init__()
             self.shape = shape

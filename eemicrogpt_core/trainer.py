@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from .backend import TrainState
+from .backend import BackendSession, TrainState
 from .checkpoint import Checkpoint, save_checkpoint, software_versions
 from .config import MAX_STEPS, TrainConfig
 from .contention import Contention, cpus_available, load_average
@@ -150,14 +150,14 @@ def prepare_data(cfg: TrainConfig, vocab: Vocabulary | None = None) -> PreparedD
     return PreparedData(parts.train, parts.validation, n_truncated, names.n_dropped, vocab, names.sha256, parts.note)
 
 
-def evaluate(session: Any, batches: list[tuple[np.ndarray, np.ndarray]]) -> float | None:
+def evaluate(session: BackendSession, batches: list[tuple[np.ndarray, np.ndarray]]) -> float | None:
     """Mean of the per-batch mean losses over fixed batches (None without any); the state is not changed."""
     if not batches:
         return None
     return float(np.mean([session.loss_and_grads(t, ln, want_grads=False)[0] for t, ln in batches]))
 
 
-def estimate_steps(session: Any, data: Dataset, cfg: TrainConfig, budget: float) -> tuple[int, float]:
+def estimate_steps(session: BackendSession, data: Dataset, cfg: TrainConfig, budget: float) -> tuple[int, float]:
     """Steps that fit in `budget` seconds, from a timed warm-up on throwaway batches, and the fastest warm-up
     chunk's seconds per step (the calibration contention.py compares the run with); state is restored.
 
@@ -188,8 +188,9 @@ def estimate_steps(session: Any, data: Dataset, cfg: TrainConfig, budget: float)
 class _Run:
     """One invocation of the loop: the session, the sampler and the bookkeeping the steps share."""
 
-    def __init__(self, cfg: TrainConfig, entry: BackendEntry, session: Any, data: PreparedData, shape: ModelShape,
-                 run_dir: RunDir | None, resume: Checkpoint | None, extend_to: int | None = None) -> None:
+    def __init__(self, cfg: TrainConfig, entry: BackendEntry, session: BackendSession, data: PreparedData,
+                 shape: ModelShape, run_dir: RunDir | None, resume: Checkpoint | None,
+                 extend_to: int | None = None) -> None:
         self.cfg, self.entry, self.session, self.run_dir = cfg, entry, session, run_dir
         self.load_start: float | None = None
         self.calibration_s: float | None = None  # set for a fresh time-budget run
@@ -240,9 +241,8 @@ class _Run:
         t0 = time.perf_counter()
         try:
             losses = np.asarray(self.session.train_steps(tokens, lengths, lrs), dtype=np.float32)
-        except (EemicrogptError, KeyboardInterrupt):
-            raise
-        except Exception as e:
+        except Exception as e:  # not KeyboardInterrupt (a BaseException): that stops the run
+            # NonFiniteError is an EemicrogptError too: test for it before letting user errors through
             if not _is_nonfinite_error(e):
                 raise
             raise self._locate_divergence(step + n, e) from None

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import collections
 import string
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -75,7 +75,7 @@ class Vocabulary:
         index = self._index
         return [index[ch] for ch in text]
 
-    def decode(self, tokens: Sequence[int]) -> str:
+    def decode(self, tokens: Iterable[int]) -> str:
         """Characters of tokens up to the first boundary."""
         out = []
         for tok in tokens:

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The whole test suite from a fresh Debian 12 machine: set-up, lint, the native tests, the sanitizer run of the
-# x86 backend, the third-party example backend, and the aarch64 lane (Neon and SME2 under QEMU user-mode
-# emulation). Set EEMICROGPT_SKIP_A64LANE=1 to leave the (slower) lane out of a local run.
+# The whole test suite from a fresh Debian 12 machine: set-up, lint, type check, the native tests, the sanitizer
+# run of the x86 backend, the third-party example backend, and the aarch64 lane (Neon and SME2 under QEMU
+# user-mode emulation). Set EEMICROGPT_SKIP_A64LANE=1 to leave the (slower) lane out of a local run.
 # The names file: $EEMICROGPT_DATA, else ../shared/data/names.txt beside the checkout, else the verified
 # download cache; without any, the first test that needs it fails with one line saying how to provide it.
 set -euo pipefail
@@ -12,6 +12,9 @@ section() { echo; echo "== $* ($(date -u +%H:%M:%S))"; }
 
 section "ruff"
 ruff check .
+
+section "mypy (the core and the Python API; strictness in pyproject.toml [tool.mypy])"
+mypy
 
 section "example third-party backends (C built against eemicrogpt.h alone; Python)"
 python -m pip install -q --disable-pip-version-check ./examples/minimal_native_backend ./examples/minimal_python_backend

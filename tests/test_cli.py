@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
+import re
 import subprocess
 import sys
 import urllib.error
@@ -12,17 +14,23 @@ from typing import Any
 
 import numpy as np
 import pytest
+import typer.main
 from typer.testing import CliRunner
 
-from eemicrogpt_core import cli, datafile
+from eemicrogpt_core import cli, config, datafile
 from eemicrogpt_core.backend import BackendSpec, ProbeResult
 from eemicrogpt_core.checkpoint import load_checkpoint
+from eemicrogpt_core.config import TrainConfig
+from eemicrogpt_core.errors import ConfigError
 from eemicrogpt_core.hookspec import hookimpl
 from eemicrogpt_core.registry import load_registry
 from eemicrogpt_core.rundir import RunDir
 from eemicrogpt_core.trainer import NullReporter, train
 
 UNIFORM_LOSS = 3.296
+# 256 distinct characters, each twice except U+0150 (once): one more than a vocabulary holds
+MANY_CHARACTERS = "".join(map(chr, range(0x100, 0x200))) + "\n" + "".join(map(chr, range(0x100, 0x200))).replace(
+    "\u0150", "") + "\n"
 RUNNER = CliRunner()
 
 
@@ -166,7 +174,11 @@ def test_env_backend_is_used_and_flag_wins(names_file: Path, tmp_path: Path) -> 
     ("files", "args", "fragments"),
     [
         ({}, ["--data", "{tmp}/absent.txt"], ["names file not found"]),
-        ({"bad.txt": "anna\nb0b\n"}, ["--data", "{tmp}/bad.txt"], ["bad.txt:2", "'0'"]),
+        ({"bad.txt": "anna\nb\x01b\n"}, ["--data", "{tmp}/bad.txt"], ["bad.txt:2", "control character U+0001"]),
+        ({"many.txt": MANY_CHARACTERS}, ["--data", "{tmp}/many.txt"],
+         ["256 distinct characters", "at most 255", "The 1 rarest: Ő;"]),
+        ({"c.yaml": "n_layers: 9\n"}, ["--config", "{tmp}/c.yaml"], ["n_layers must be in 1..8, got 9"]),
+        ({"c.yaml": "context: 65\n"}, ["--config", "{tmp}/c.yaml"], ["context must be in 1..64, got 65"]),
         ({"c.yaml": "d_model: [16\n"}, ["--config", "{tmp}/c.yaml"], ["c.yaml:", "malformed YAML"]),
         ({"c.yaml": "d_modle: 16\n"}, ["--config", "{tmp}/c.yaml"], ["unknown key 'd_modle'", "c.yaml"]),
         ({}, ["--config", "{tmp}/absent.yaml"], ["config file not found"]),
@@ -204,7 +216,8 @@ def test_sample_bad_inputs(trained: tuple[Path, Any], tmp_path: Path) -> None:
     out, _ = trained
     assert_one_line_error(run("sample", str(tmp_path)), "no checkpoint.npz")
     assert_one_line_error(run("train", "--resume", str(tmp_path / "nowhere")), "run directory not found")
-    assert_one_line_error(run("sample", str(out), "--temperature", "0"), "--temperature must be a finite number > 0")
+    assert_one_line_error(run("sample", str(out), "--temperature", "-1"), "--temperature must be a finite number >= 0")
+    assert_one_line_error(run("sample", str(out), "--prefix", "é"), "the prefix's character 'é'")
 
 
 def test_console_script_error_has_no_traceback(tmp_path: Path) -> None:
@@ -224,3 +237,98 @@ def test_unknown_backend_is_reported_before_any_download(monkeypatch: pytest.Mon
     monkeypatch.setattr(datafile, "urllib_fetch", no_download)
     result = run("train", "--backend", "nope", env={"EEMICROGPT_CACHE_DIR": str(tmp_path)})
     assert_one_line_error(result, "unknown backend 'nope'", "Choose one of: auto")
+
+
+# Every option `train` had before the options were derived from the config schema, spelled as then.
+FLAGS = ("--config", "-c", "--backend", "--d-model", "--n-heads", "--batch", "--steps", "--time-budget", "--lr",
+         "--seed", "--data", "--drop-invalid", "--out", "--log-every", "--resume", "--allow-data-change", "--threads",
+         "--precision")
+
+
+def test_train_offers_every_config_key_and_keeps_its_flags() -> None:
+    command = typer.main.get_command(cli.app).commands["train"]  # type: ignore[attr-defined]
+    options = {opt for param in command.params for opt in (*param.opts, *param.secondary_opts)}
+    assert set(FLAGS) <= options
+    assert {"--n-layers", "--context", "--lowercase", "--no-lowercase", "--val-fraction"} <= options
+    assert set(config.KEYS) <= {param.name for param in command.params}
+
+
+def _config_from_flags(monkeypatch: pytest.MonkeyPatch, names_file: Path, *args: str) -> TrainConfig:
+    """The config `train` resolves from these arguments, caught before anything is trained or created."""
+    seen: list[TrainConfig] = []
+
+    def capture(cfg: TrainConfig) -> None:
+        seen.append(cfg)
+        raise ConfigError("stop")
+
+    monkeypatch.setattr(cli, "check_memory", capture)
+    result = run("train", "--data", str(names_file), *args)
+    assert len(seen) == 1, result.output
+    return seen[0]
+
+
+def test_new_keys_reach_the_config(monkeypatch: pytest.MonkeyPatch, names_file: Path) -> None:
+    cfg = _config_from_flags(monkeypatch, names_file, "--n-layers", "3", "--context", "32", "--lowercase",
+                             "--val-fraction", "0")
+    assert (cfg.n_layers, cfg.context, cfg.lowercase, cfg.val_fraction) == (3, 32, True, 0.0)
+    default = _config_from_flags(monkeypatch, names_file)
+    assert (default.n_layers, default.context, default.lowercase, default.val_fraction) == (1, 16, False, 0.1)
+
+
+def test_a_width_flag_brings_its_preset(monkeypatch: pytest.MonkeyPatch, names_file: Path, tmp_path: Path) -> None:
+    assert _config_from_flags(monkeypatch, names_file, "--d-model", "32") == config.preset(32)
+    cfg = _config_from_flags(monkeypatch, names_file, "--d-model", "128", "--lr", "0.004")
+    assert (cfg.n_heads, cfg.steps, cfg.lr) == (8, 10000, 0.004)
+    path = tmp_path / "c.yaml"
+    path.write_text("d_model: 16\nsteps: 123\ndrop_invalid: true\n")
+    cfg = _config_from_flags(monkeypatch, names_file, "--config", str(path), "--no-drop-invalid")
+    assert (cfg.lr, cfg.steps, cfg.drop_invalid) == (0.01, 123, False)  # flag > file > d16's preset
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--n-layers", "9"], "command line: n_layers must be in 1..8, got 9"),
+        (["--context", "0"], "command line: context must be in 1..64, got 0"),
+        (["--val-fraction", "1"], "command line: val_fraction must be a finite number in [0, 1), got 1.0"),
+        (["--dtype", "int8"], "command line: dtype must be one of float32, float64, float16, got 'int8'"),
+        (["--d-model", "30"], "command line: n_heads must divide d_model 30, got 4"),
+    ],
+)
+def test_bad_values_of_the_new_keys(args: list[str], message: str, names_file: Path, tmp_path: Path) -> None:
+    result = run("train", "--data", str(names_file), "--out", str(tmp_path / "r"), *args)
+    assert_one_line_error(result, message)
+    assert not (tmp_path / "r").exists()
+
+
+def test_resume_refuses_new_shape_keys(trained: tuple[Path, Any]) -> None:
+    out, _ = trained
+    assert_one_line_error(run("train", "--resume", str(out), "--n-layers", "2", "--lowercase"),
+                          "drop --n-layers, --lowercase", "only --backend, --data, --threads may change")
+
+
+def test_val_fraction_reaches_the_run(names_file: Path, tmp_path: Path) -> None:
+    out = tmp_path / "r"
+    result = run("train", "--backend", "numpy_ref", "--data", str(names_file), "--d-model", "16", "--steps", "4",
+                 "--log-every", "4", "--val-fraction", "0.25", "--out", str(out))
+    assert result.exit_code == 0, result.output
+    assert config.load_config(out / "config.yaml").val_fraction == 0.25
+    n_train, n_val = (int(n.replace(",", "")) for n in re.findall(r"([\d,]+) train / ([\d,]+) validation",
+                                                                  result.stdout)[0])
+    assert n_val == math.ceil(0.25 * (n_train + n_val))
+
+
+def test_resume_with_steps_extends_a_finished_run(names_file: Path, tmp_path: Path) -> None:
+    out = tmp_path / "ext"
+    first = run("train", "--d-model", "16", "--steps", "20", "--log-every", "10", "--out", str(out),
+                "--backend", "numpy_ref", "--data", str(names_file))
+    assert first.exit_code == 0, first.output
+    done = run("train", "--resume", str(out))
+    assert done.exit_code == 0 and "pass --steps N" in done.output
+    more = run("train", "--resume", str(out), "--steps", "30")
+    assert more.exit_code == 0, more.output
+    assert "extending to 30 steps (from 20)" in more.output and "continues at 0.00" in more.output
+    ckpt = load_checkpoint(out / "checkpoint.npz")
+    assert (ckpt.state.step, ckpt.total_steps, ckpt.config.steps) == (30, 30, 30)
+    fewer = run("train", "--resume", str(out), "--steps", "30")
+    assert_one_line_error(fewer, "must be more than the 30 steps")

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from eemicrogpt_core import abi
 from eemicrogpt_core import config as config_module
 from eemicrogpt_core.config import PRESETS, TrainConfig, load_config, preset, resolve_backend
 from eemicrogpt_core.errors import ConfigError
@@ -27,8 +28,70 @@ def test_config_files_match_presets(d_model: int) -> None:
     assert cfg.n_heads == (8 if d_model == 128 else 4)
 
 
-def test_every_field_has_a_type() -> None:
-    assert set(config_module._FIELD_TYPES) == {f.name for f in dataclasses.fields(TrainConfig)}
+def test_types_come_from_the_field_annotations() -> None:
+    types = config_module.FIELD_TYPES
+    assert set(types) == {f.name for f in dataclasses.fields(TrainConfig)} == set(config_module.SETTINGS)
+    assert types["d_model"] == (int,) and types["lowercase"] == (bool,) and types["val_fraction"] == (float,)
+    assert types["time_budget"] == (float, type(None)) and types["precision"] == (str, type(None))
+
+
+def test_a_field_without_a_setting_is_refused() -> None:
+    @dataclasses.dataclass
+    class Partial:
+        a: int = config_module._key(1, "documented")
+        b: int = 2
+
+    with pytest.raises(TypeError, match=r"Partial\.b has no Setting"):
+        config_module.settings_of(Partial)
+
+
+def test_depth_and_context_bounds_are_the_c_abis() -> None:
+    assert (abi.MAX_LAYERS, abi.MAX_CONTEXT) == (8, 64)  # the envelope every backend covers
+    cfg = load_config(None, {"n_layers": 8, "context": 64})
+    assert (cfg.n_layers, cfg.context) == (8, 64)
+    assert (TrainConfig().n_layers, TrainConfig().context, TrainConfig().lowercase) == (1, 16, False)
+    with pytest.raises(ConfigError, match=r"^command line: n_layers must be 1\.\.8, got 9$"):
+        load_config(None, {"n_layers": 9})
+    with pytest.raises(ConfigError, match=r"^command line: context must be 1\.\.64, got 65$"):
+        load_config(None, {"context": 65})
+
+
+@pytest.mark.parametrize("value", [0, 0.0, 0.5, 0.999])
+def test_val_fraction_may_be_zero(value: float) -> None:
+    assert load_config(None, {"val_fraction": value}).val_fraction == value
+
+
+@pytest.mark.parametrize("value", [1, 1.0, -0.1, float("nan"), float("inf")])
+def test_val_fraction_outside_zero_to_one(value: float) -> None:
+    with pytest.raises(ConfigError, match=r"^command line: val_fraction must be a finite number in \[0, 1\), got"):
+        load_config(None, {"val_fraction": value})
+
+
+def _resolved(tmp_path: Path, text: str | None, flags: dict[str, object]) -> TrainConfig:
+    return load_config(_write(tmp_path, text) if text is not None else None, flags)
+
+
+def test_a_width_brings_its_preset_for_the_values_not_given(tmp_path: Path) -> None:
+    assert _resolved(tmp_path, None, {"d_model": 32}) == preset(32)
+    assert _resolved(tmp_path, "d_model: 128\n", {}) == preset(128)
+    # flags > config file > the chosen width's preset > built-in default
+    cfg = _resolved(tmp_path, "d_model: 32\nlr: 0.001\n", {"steps": 77})
+    assert (cfg.d_model, cfg.lr, cfg.steps, cfg.n_heads) == (32, 0.001, 77, PRESETS[32]["n_heads"])
+    assert cfg.batch == TrainConfig().batch  # not in the preset: the built-in default
+    cfg = _resolved(tmp_path, "d_model: 128\nn_heads: 4\nlr: 0.001\n", {"lr": 0.02})
+    assert (cfg.n_heads, cfg.lr, cfg.steps) == (4, 0.02, PRESETS[128]["steps"])
+    # the flag chooses the width, so its preset applies beneath the file's other values
+    cfg = _resolved(tmp_path, "d_model: 128\nbatch: 8\n", {"d_model": 16})
+    assert (cfg.d_model, cfg.n_heads, cfg.lr, cfg.steps, cfg.batch) == (16, 4, 0.01, 20000, 8)
+    # a width without a preset keeps the built-in default's values
+    cfg = _resolved(tmp_path, None, {"d_model": 48})
+    assert (cfg.lr, cfg.steps, cfg.n_heads) == (TrainConfig().lr, TrainConfig().steps, TrainConfig().n_heads)
+
+
+def test_a_saved_config_is_not_given_presets() -> None:
+    # build_config (checkpoints, sweep runs) applies exactly its layers: only load_config adds the preset.
+    cfg = config_module.build_config([("saved", {"d_model": 32})])
+    assert (cfg.lr, cfg.steps) == (TrainConfig().lr, TrainConfig().steps)
 
 
 def _write(tmp_path: Path, text: str) -> Path:
@@ -54,6 +117,8 @@ def test_unknown_key_names_key_file_and_suggestion(tmp_path: Path) -> None:
         ("batch: true\n", r"batch must be an integer, got bool"),
         ("lr: '0.1'\n", r"lr must be a number, got str"),
         ("drop_invalid: 1\n", r"drop_invalid must be true or false"),
+        ("lowercase: 'yes'\n", r"lowercase must be true or false, got str"),
+        ("n_layers: 2.0\n", r"n_layers must be an integer, got float"),
         ("data: [a, b]\n", r"data must be a string or null"),
     ],
 )
@@ -67,11 +132,23 @@ def test_wrong_types(tmp_path: Path, text: str, pattern: str) -> None:
     [
         ("d_model: 30\nn_heads: 4\n", r"run\.yaml: n_heads must divide d_model 30"),
         ("d_model: 12\nn_heads: 4\n", r"n_heads leaves head_dim 3"),
+        ("d_model: 30\n", r"run\.yaml: n_heads must divide d_model 30, got 4"),  # the default heads, blamed here
         ("batch: 0\n", r"run\.yaml: batch must be >= 1, got 0"),
         ("lr: -0.001\n", r"run\.yaml: lr must be a finite number >= 0"),
         ("steps: 0\n", r"steps must be >= 1"),
-        ("val_fraction: 1.0\n", r"val_fraction must be between 0 and 1"),
-        ("time_budget: 0\n", r"time_budget must be a positive number"),
+        ("val_fraction: 1.0\n", r"val_fraction must be a finite number in \[0, 1\), got 1.0"),
+        ("time_budget: 0\n", r"time_budget must be a finite number in \(0, 604,800\], got 0"),
+        ("time_budget: .nan\n", r"time_budget must be a finite number"),
+        ("lr: .inf\n", r"lr must be a finite number >= 0, got inf"),
+        ("n_heads: 0\n", r"run\.yaml: n_heads must be >= 1, got 0"),
+        ("n_layers: 0\n", r"run\.yaml: n_layers must be 1\.\.8, got 0"),
+        ("context: 0\n", r"run\.yaml: context must be 1\.\.64, got 0"),
+        ("d_model: 0\n", r"run\.yaml: d_model must be >= 1, got 0"),
+        ("d_model: 2000\n", r"run\.yaml: d_model must be <= 1,024, got 2,000"),
+        ("val_fraction: -0.1\n", r"val_fraction must be a finite number in \[0, 1\)"),
+        ("n_layers: 9\n", r"n_layers must be 1\.\.8, got 9"),
+        ("context: 65\n", r"context must be 1\.\.64, got 65"),
+        ("lowercase: 1\n", r"lowercase must be true or false"),
         ("dtype: int8\n", r"dtype must be one of float32, float64, float16"),
         ("seed: -1\n", r"seed must be >= 0"),
         ("backend: ''\n", r"backend must be a backend name"),

@@ -285,6 +285,7 @@ def test_subclass_collects_per_size_and_honours_declared_skips(pytester: pytest.
             backend_name = "numpy_ref"
             d_models = (16, 24)
             trajectory_steps = 3
+            shape_matrix = ((16, 4, 2, 6, 5),)
             skip = {"covered elsewhere": ["test_determinism"]}
 
             def heads_for(self, d_model):
@@ -292,7 +293,10 @@ def test_subclass_collects_per_size_and_honours_declared_skips(pytester: pytest.
         """
     )
     result = pytester.runpytest_inprocess("-q", "-rs", "-k", "round_trip or determinism or trajectory")
-    result.assert_outcomes(passed=4, skipped=2)
+    # round trip and trajectory per d_model (2 + 2), the matrix's one shape (test_matrix_determinism);
+    # test_determinism per d_model is the declared skip
+    result.assert_outcomes(passed=5, skipped=2)
     result.stdout.fnmatch_lines(["*TestSmall*covered elsewhere*"])
     ids = pytester.runpytest_inprocess("-q", "--collect-only").stdout.str()
     assert "test_gradients_match_reference[d24]" in ids and "test_rejects_bad_input[lr_nan]" in ids
+    assert "test_matrix_gradients_match_reference[d16h4L2V6C5]" in ids and "V256" not in ids

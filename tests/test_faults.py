@@ -36,11 +36,12 @@ from eemicrogpt_core.config import TrainConfig, load_config
 from eemicrogpt_core.data import BatchSampler, encode, read_names
 from eemicrogpt_core.errors import CheckpointError, ConfigError
 from eemicrogpt_core.limits import check_memory
-from eemicrogpt_core.model import ModelShape, init_params
+from eemicrogpt_core.model import DEFAULT_CONTEXT, ModelShape, init_params
 from eemicrogpt_core.registry import BackendRegistry, open_session
 from eemicrogpt_core.rundir import RunDir
 from eemicrogpt_core.trainer import NullReporter, train
 from eemicrogpt_core.validate import SessionBusyError, ValidatedSession
+from eemicrogpt_core.vocab import Vocabulary
 
 RUNNER = CliRunner()
 TINY = ["--d-model", "16", "--log-every", "100"]
@@ -482,7 +483,7 @@ def test_two_runs_never_share_a_run_directory(names_file: Path, tmp_path: Path,
         (["--seed", "-1"], "seed must be >= 0, got -1"),
         (["--seed", str(2**64)], "seed must be <= "),
         (["--lr", "nan"], "lr must be a finite number"),
-        (["--time-budget", "inf"], "time_budget must be a positive number"),
+        (["--time-budget", "inf"], "time_budget must be a finite number in (0, 604,800], got inf"),
         (["--out", "~no_such_user_eemicrogpt/run"], "cannot expand ~no_such_user_eemicrogpt (no such user)"),
     ],
 )
@@ -496,7 +497,12 @@ def test_train_values_out_of_range_are_one_line(args: list[str], fragment: str, 
         (["-n", "100000"], "-n must be in 1..10,000, got 100,000"),
         (["-n", "0"], "-n must be in 1..10,000"),
         (["--seed", "-3"], "--seed must be >= 0"),
-        (["--temperature", "inf"], "--temperature must be a finite number > 0"),
+        (["--temperature", "inf"], "--temperature must be a finite number >= 0 (0: greedy), got inf"),
+        (["--temperature", "-0.5"], "--temperature must be a finite number >= 0"),
+        (["--max-len", "17"], "max length must be 1..16 (the model's context), got 17"),
+        (["--max-len", "0"], "max length must be 1..16"),
+        (["--prefix", "Jo"], "the prefix's character 'J' is not in the model's vocabulary"),
+        (["--prefix", "abcdefghijklmnop"], "the prefix has 16 characters"),
     ],
 )
 def test_sample_values_out_of_range_are_one_line(args: list[str], fragment: str, half_run: Path) -> None:
@@ -592,7 +598,7 @@ def test_a_real_session_used_from_two_threads_is_refused_not_corrupted(backend: 
     if backend not in backends_here(registry, (backend,)):
         pytest.skip(f"{backend} cannot run on this CPU")
     shape = ModelShape(16)
-    data = encode(read_names(names_file).names[:500])[0]
+    data = encode(read_names(names_file).names[:500], Vocabulary.names(), DEFAULT_CONTEXT)[0]
     tokens, lengths = BatchSampler(data, 16, seed=1).sample(steps)
     lrs = np.full(steps, 0.001, np.float32)
     with open_session(registry.get(backend), shape, 16) as session:

@@ -1,13 +1,15 @@
-"""Every C-side fact of the model, checked against eemicrogpt_core/model.py (and optim.py, native.py).
+"""Every C-side fact of the model, checked against eemicrogpt_core/model.py (and optim.py, abi.py, native.py).
 
 A tiny C program includes the shared layer's header (include/emg_backend.h, which every native backend
-builds on), prints its constants, the parameter layout per width and the shape rule, and the test compares
-each number with the Python definition. The ABI behaviour itself is tested per backend by
+builds on), prints its constants, the parameter layout of a set of shapes (emg_layout_of, emg_layer_offset
+and the EMG_LAYER_* offsets), the shape rule over a grid and the emg_shape struct's layout, and the test
+compares each number with the Python definition. The ABI behaviour itself is tested per backend by
 eemicrogpt_core/abi_testing.py.
 """
 
 from __future__ import annotations
 
+import itertools
 import shutil
 import subprocess
 from pathlib import Path
@@ -15,33 +17,63 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from eemicrogpt_core import model, native, optim
-from eemicrogpt_core.model import ModelShape, ShapeError
+from eemicrogpt_core import abi, model, native, optim
+from eemicrogpt_core.model import LAYER_TENSORS, ModelShape, layer_tensor
 
-WIDTHS = (4, 8, 16, 24, 32, 48, 64, 96, 128, 256)
-FIELDS = ("n_params", *model.TENSOR_NAMES)
+# (d_model, n_heads, n_layers, vocab, context): the seed's shapes, the envelope's corners, non-powers of two
+LAYOUT_SHAPES = [
+    (16, 4, 1, 27, 16), (64, 4, 1, 27, 16), (128, 8, 1, 27, 16), (256, 4, 1, 27, 16),
+    (4, 1, 1, 2, 1), (48, 4, 2, 64, 33), (80, 4, 4, 27, 16), (96, 8, 3, 100, 32), (16, 4, 8, 256, 64),
+    (256, 64, 8, 256, 64),
+]
+# The shape rule's grid: width x heads at the seed's depth, vocabulary and context, then the other three
+# fields across their bounds at a valid width.
+WIDTH_GRID = [(d, h, 1, 27, 16) for d in range(-4, 131) for h in range(-1, 41)]
+OTHER_GRID = [(16, 4, layers, vocab, context) for layers, vocab, context in itertools.product(
+    (-1, 0, 1, 2, 7, 8, 9), (-1, 0, 1, 2, 3, 27, 255, 256, 257, 1000), (-1, 0, 1, 2, 63, 64, 65))]
+LAYER_MACROS = {name: f"EMG_LAYER_{name.upper()}" for name in LAYER_TENSORS}
+
 PROGRAM = r"""
+#include <stddef.h>
 #include <stdio.h>
 #include "emg_backend.h"
-static const int widths[] = {@WIDTHS@};
+static const int shapes[][5] = {@SHAPES@};
+static const int grid[][5] = {@GRID@};
 int main(void) {
-    printf("VOCAB %d\nBOUNDARY %d\nMAX_SEQ %d\nMAX_BATCH %d\nABI_VERSION %d\n", EMG_VOCAB, EMG_BOUNDARY,
-           EMG_MAX_SEQ, EMG_MAX_BATCH, EMG_ABI_VERSION);
+    printf("ABI_VERSION %d\nMIN_VOCAB %d\nMAX_VOCAB %d\nMAX_CONTEXT %d\nMAX_LAYERS %d\nMAX_BATCH %d\n",
+           EMG_ABI_VERSION, EMG_MIN_VOCAB, EMG_MAX_VOCAB, EMG_MAX_CONTEXT, EMG_MAX_LAYERS, EMG_MAX_BATCH);
     printf("RMS_EPS %.9g\nADAM_BETA1 %.9g\nADAM_BETA2 %.9g\nADAM_EPS %.9g\n", (double)EMG_RMS_EPS,
            (double)EMG_ADAM_BETA1, (double)EMG_ADAM_BETA2, (double)EMG_ADAM_EPS);
-    for (unsigned i = 0; i < sizeof widths / sizeof widths[0]; i++) {
-        const int d = widths[i];
-        const emg_layout L = emg_layout_of(d);
-        /* the compile-time macros the kernels use must agree with the struct the layer uses */
-        const int same = L.n_params == EMG_N_PARAMS(d) && L.wq == EMG_OFF_WQ(d) && L.wlm == EMG_OFF_WLM(d);
-        printf("layout %d %d %ld %ld %ld %ld %ld %ld %ld %ld %ld %ld\n", d, same, L.n_params, L.tok_emb,
-               L.pos_emb, L.wq, L.wk, L.wv, L.wo, L.wf1, L.wf2, L.wlm);
+    printf("EMG_OK %d\nEMG_ERR_ARGUMENT %d\nEMG_ERR_UNSUPPORTED %d\nEMG_ERR_NOMEM %d\nEMG_ERR_NONFINITE %d\n",
+           EMG_OK, EMG_ERR_ARGUMENT, EMG_ERR_UNSUPPORTED, EMG_ERR_NOMEM, EMG_ERR_NONFINITE);
+    printf("struct %zu %zu %zu %zu %zu %zu\n", sizeof(emg_shape), offsetof(emg_shape, d_model),
+           offsetof(emg_shape, n_heads), offsetof(emg_shape, n_layers), offsetof(emg_shape, vocab),
+           offsetof(emg_shape, context));
+    for (unsigned i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        const emg_shape s = {shapes[i][0], shapes[i][1], shapes[i][2], shapes[i][3], shapes[i][4]};
+        const emg_layout L = emg_layout_of(&s);
+        const long d = s.d_model;
+        printf("layout %d %d %d %d %d %ld %ld %ld %ld %ld %ld %d", s.d_model, s.n_heads, s.n_layers, s.vocab,
+               s.context, L.n_params, L.tok_emb, L.pos_emb, L.wlm, L.layer_size, EMG_LAYER_SIZE(d),
+               emg_seq_len(&s));
+        for (int l = 0; l < s.n_layers; l++) printf(" %ld", emg_layer_offset(&L, l));
+        printf("\n");
+        printf("within %ld %ld %ld %ld %ld %ld %ld\n", d, EMG_LAYER_WQ(d), EMG_LAYER_WK(d), EMG_LAYER_WV(d),
+               EMG_LAYER_WO(d), EMG_LAYER_WF1(d), EMG_LAYER_WF2(d));
     }
-    for (int d = -4; d <= 130; d++)
-        for (int h = -1; h <= 40; h++) printf("valid %d %d %d\n", d, h, emg_shape_valid(d, h));
+    for (unsigned i = 0; i < sizeof grid / sizeof grid[0]; i++) {
+        const emg_shape s = {grid[i][0], grid[i][1], grid[i][2], grid[i][3], grid[i][4]};
+        printf("valid %d %d %d %d %d %d\n", s.d_model, s.n_heads, s.n_layers, s.vocab, s.context,
+               emg_shape_valid(&s));
+    }
+    printf("valid_null %d\n", emg_shape_valid(NULL));
     return 0;
 }
 """
+
+
+def _c_array(rows: list[tuple[int, ...]]) -> str:
+    return ", ".join("{" + ", ".join(map(str, row)) + "}" for row in rows)
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +83,8 @@ def c_facts(tmp_path_factory: pytest.TempPathFactory) -> list[list[str]]:
         pytest.fail("no C compiler (cc, gcc or clang) to compile the layout check with", pytrace=False)
     work = tmp_path_factory.mktemp("layout")
     source = work / "layout.c"
-    source.write_text(PROGRAM.replace("@WIDTHS@", ", ".join(map(str, WIDTHS))))
+    source.write_text(PROGRAM.replace("@SHAPES@", _c_array(LAYOUT_SHAPES))
+                      .replace("@GRID@", _c_array(WIDTH_GRID + OTHER_GRID)))
     binary = work / "layout"
     subprocess.run([cc, "-std=c11", "-Wall", "-Werror", "-I", native.get_include(), str(source), "-o", str(binary),
                     "-lm"], check=True)
@@ -65,28 +98,69 @@ def _constants(facts: list[list[str]]) -> dict[str, str]:
 
 def test_constants_match_the_python_side(c_facts: list[list[str]]) -> None:
     c = _constants(c_facts)
-    assert int(c["VOCAB"]) == model.VOCAB
-    assert int(c["BOUNDARY"]) == model.BOUNDARY
-    assert int(c["MAX_SEQ"]) == model.MAX_SEQ
+    assert int(c["ABI_VERSION"]) == native.ABI_VERSION == abi.ABI_VERSION == 2
+    assert int(c["MIN_VOCAB"]) == abi.MIN_VOCAB == 2
+    assert int(c["MAX_VOCAB"]) == abi.MAX_VOCAB == 256
+    assert int(c["MAX_CONTEXT"]) == abi.MAX_CONTEXT == 64
+    assert int(c["MAX_LAYERS"]) == abi.MAX_LAYERS == 8
     assert int(c["MAX_BATCH"]) == native.MAX_BATCH
-    assert int(c["ABI_VERSION"]) == native.ABI_VERSION
     # the C constants are float literals printed with 9 digits (enough to round-trip a float32)
     for name, value in (("RMS_EPS", model.RMS_EPS), ("ADAM_BETA1", optim.ADAM_BETA1),
                         ("ADAM_BETA2", optim.ADAM_BETA2), ("ADAM_EPS", optim.ADAM_EPS)):
         assert np.float32(c[name]) == np.float32(value), name
 
 
+def test_status_codes_native_py_reads_are_the_compiled_ones(c_facts: list[list[str]]) -> None:
+    c = _constants(c_facts)
+    assert {name: int(c[name]) for name in native.STATUS} == native.STATUS
+    assert set(native.STATUS) == {"EMG_OK", "EMG_ERR_ARGUMENT", "EMG_ERR_UNSUPPORTED", "EMG_ERR_NOMEM",
+                                  "EMG_ERR_NONFINITE"}
+
+
+def test_cffi_lays_out_emg_shape_as_the_compiler_does(c_facts: list[list[str]]) -> None:
+    row = next(r for r in c_facts if r[0] == "struct")
+    ffi = native._ffi()
+    fields = ("d_model", "n_heads", "n_layers", "vocab", "context")
+    assert [int(x) for x in row[1:]] == [ffi.sizeof("emg_shape"), *(ffi.offsetof("emg_shape", f) for f in fields)]
+    shape = ModelShape(48, 4, n_layers=3, vocab=64, context=33)
+    struct = native.shape_struct(ffi, shape)
+    assert [getattr(struct, f) for f in fields] == [48, 4, 3, 64, 33]
+
+
 def test_parameter_layout_matches_model_py(c_facts: list[list[str]]) -> None:
     rows = [row for row in c_facts if row[0] == "layout"]
-    assert [int(row[1]) for row in rows] == list(WIDTHS)
-    for row in rows:
-        d, macros_agree, numbers = int(row[1]), row[2] == "1", [int(x) for x in row[3:]]
-        shape = ModelShape(d, 1)
-        want = [shape.n_params, *(shape.offsets[name] for name in model.TENSOR_NAMES)]
-        assert dict(zip(FIELDS, numbers, strict=True)) == dict(zip(FIELDS, want, strict=True)), f"d_model {d}"
-        assert macros_agree, f"EMG_N_PARAMS / EMG_OFF_* disagree with emg_layout_of at d_model {d}"
+    within = [row for row in c_facts if row[0] == "within"]
+    assert [tuple(int(x) for x in row[1:6]) for row in rows] == LAYOUT_SHAPES
+    for row, inner in zip(rows, within, strict=True):
+        d, h, n_layers, vocab, context = (int(x) for x in row[1:6])
+        n_params, tok_emb, pos_emb, wlm, layer_size, layer_size_macro, seq_len = (int(x) for x in row[6:13])
+        layer_starts = [int(x) for x in row[13:]]
+        shape = ModelShape(d, h, n_layers, vocab, context)
+        what = shape.describe()
+        off = shape.offsets
+        assert (n_params, tok_emb, pos_emb, wlm) == (shape.n_params, off["tok_emb"], off["pos_emb"], off["Wlm"]), what
+        assert seq_len == shape.seq_len == context + 1, what
+        assert len(layer_starts) == n_layers
+        sizes = shape.tensor_shapes
+        per_layer = sum(r * c for name, (r, c) in sizes.items() if name.startswith("layers.0."))
+        assert layer_size == layer_size_macro == per_layer, what
+        offsets_in_layer = dict(zip(LAYER_TENSORS, (int(x) for x in inner[2:]), strict=True))
+        for layer, start in enumerate(layer_starts):
+            for name in LAYER_TENSORS:
+                assert start + offsets_in_layer[name] == off[layer_tensor(layer, name)], (what, layer, name)
         # the documented n_params formula and the sum of the tensor sizes agree too
-        assert shape.n_params == sum(r * c for r, c in shape.tensor_shapes.values())
+        assert shape.n_params == sum(r * c for r, c in sizes.values())
+        assert shape.n_params == 2 * vocab * d + context * d + 12 * n_layers * d * d
+
+
+def test_seed_shape_layout_is_version_1s() -> None:
+    """With one layer, 27 tokens and context 16 the v2 layout is v1's: tok_emb, pos_emb, Wq..Wf2, Wlm."""
+    shape = ModelShape(64)
+    d = 64
+    assert list(shape.offsets.values()) == [0, 27 * d, 43 * d, 43 * d + d * d, 43 * d + 2 * d * d,
+                                            43 * d + 3 * d * d, 43 * d + 4 * d * d, 43 * d + 8 * d * d,
+                                            43 * d + 12 * d * d]
+    assert shape.n_params == 53_632
 
 
 def test_shape_rule_matches_model_shape(c_facts: list[list[str]]) -> None:
@@ -94,15 +168,20 @@ def test_shape_rule_matches_model_shape(c_facts: list[list[str]]) -> None:
     for row in c_facts:
         if row[0] != "valid":
             continue
-        d, h, c_valid = int(row[1]), int(row[2]), row[3] == "1"
-        try:
-            ModelShape(d, h)
-            py_valid = True
-        except ShapeError:
-            py_valid = False
-        assert c_valid == py_valid, (d, h)
+        d, h, n_layers, vocab, context, c_valid = (int(x) for x in row[1:])
+        problem = _problem(d, h, n_layers, vocab, context)
+        assert (c_valid == 1) == (problem is None), (d, h, n_layers, vocab, context, problem)
         checked += 1
-    assert checked == 135 * 42
+    assert checked == len(WIDTH_GRID) + len(OTHER_GRID)
+    assert _constants(c_facts)["valid_null"] == "0"
+
+
+def _problem(d: int, h: int, n_layers: int, vocab: int, context: int) -> str | None:
+    try:
+        ModelShape(d, h, n_layers, vocab, context)
+    except model.ShapeError as e:
+        return str(e)
+    return None
 
 
 def test_the_header_is_shipped_with_the_core() -> None:

@@ -1,4 +1,6 @@
-"""numpy_ref on its own: exact gradients, padding, shapes, Adam, training, and its plugin registration."""
+"""numpy_ref on its own: exact gradients (1 to 4 layers, other vocabularies and contexts), padding, shapes,
+Adam, training, and its plugin registration. The reference against an independent loop over layers is
+tests/test_reference_layers.py."""
 
 from __future__ import annotations
 
@@ -10,19 +12,23 @@ from eemicrogpt_backend_numpy.session import NumpySession
 from eemicrogpt_backend_numpy.step import Adam
 
 from eemicrogpt_core.backend import BackendSession, TrainState
-from eemicrogpt_core.model import BOUNDARY, MAX_SEQ, TENSOR_NAMES, VOCAB, ModelShape, init_params, views
+from eemicrogpt_core.errors import NonFiniteError
+from eemicrogpt_core.model import NAMES_VOCAB, ModelShape, init_params, layer_tensor, views
 from eemicrogpt_core.optim import adam_update, lr_schedule
 from eemicrogpt_core.registry import load_registry, open_session
-from eemicrogpt_core.testing import load_names, make_batches
+from eemicrogpt_core.testing import load_names, make_batches, synthetic_batches
+from eemicrogpt_core.vocab import Vocabulary
 
+NAMES = Vocabulary.names()
+BOUNDARY = NAMES.boundary
 Z = 25  # the letter z: used only as padding in the hand-made batch below
 
 
-def encode(names: list[str], pad: int = Z) -> tuple[np.ndarray, np.ndarray]:
-    tokens = np.full((len(names), MAX_SEQ), pad, np.uint8)
+def encode(names: list[str], pad: int = Z, context: int = 16) -> tuple[np.ndarray, np.ndarray]:
+    tokens = np.full((len(names), context + 1), pad, np.uint8)
     lengths = np.empty(len(names), np.uint8)
     for i, name in enumerate(names):
-        seq = [BOUNDARY, *(ord(c) - ord("a") for c in name), BOUNDARY]
+        seq = [BOUNDARY, *NAMES.encode(name), BOUNDARY]
         tokens[i, : len(seq)] = seq
         lengths[i] = len(seq)
     return tokens, lengths
@@ -39,16 +45,33 @@ def loss_at(shape: ModelShape, params: np.ndarray, tokens: np.ndarray, lengths: 
     return loss
 
 
-@pytest.mark.parametrize("d_model,n_heads", [(16, 4), (24, 3), (32, 8)])
-def test_float64_gradients_match_central_differences(d_model: int, n_heads: int) -> None:
-    shape = ModelShape(d_model, n_heads)
+GRADIENT_SHAPES = [
+    ModelShape(16, 4),
+    ModelShape(24, 3),
+    ModelShape(32, 8),
+    ModelShape(16, 4, n_layers=2, vocab=6, context=5),
+    ModelShape(16, 2, n_layers=4, vocab=40, context=9),
+]
+
+
+def _batch_for(shape: ModelShape, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """The hand-made names batch at the seed's shape, else the kit's synthetic names of that vocabulary (their
+    lengths run from 0 letters to past the context)."""
+    if (shape.vocab, shape.context) == (NAMES_VOCAB, 16):
+        return encode(["emma", "ava", "", "isabella", "bob"])
+    tokens, lengths = synthetic_batches(shape, 1, 5, seed)
+    return tokens[0], lengths[0]
+
+
+@pytest.mark.parametrize("shape", GRADIENT_SHAPES, ids=lambda s: s.describe())
+def test_float64_gradients_match_central_differences(shape: ModelShape) -> None:
     params = init_params(shape, 3).astype(np.float64) * 1.5
-    tokens, lengths = encode(["emma", "ava", "", "isabella", "bob"])
+    tokens, lengths = _batch_for(shape)
     _, grads = session(shape, "float64", params).loss_and_grads(tokens, lengths)
     assert grads is not None and grads.dtype == np.float64
     rng = np.random.default_rng(0)
     eps = 1e-5
-    for name in TENSOR_NAMES:
+    for name in shape.tensor_names:
         start = shape.offsets[name]
         size = math.prod(shape.tensor_shapes[name])
         tensor = grads[start : start + size]
@@ -62,6 +85,18 @@ def test_float64_gradients_match_central_differences(d_model: int, n_heads: int)
             assert abs(numeric - grads[i]) <= 1e-6 * np.max(np.abs(tensor)) + 1e-10, (name, i, numeric, grads[i])
 
 
+def test_every_layer_has_its_own_weights() -> None:
+    """Each layer's tensors get their own gradient (a layer reusing layer 0's weights would give equal ones)."""
+    shape = ModelShape(16, 4, n_layers=3, vocab=6, context=5)
+    tokens, lengths = _batch_for(shape, seed=1)
+    _, grads = session(shape, "float64", init_params(shape, 2).astype(np.float64)).loss_and_grads(tokens, lengths)
+    g = views(shape, grads)
+    for name in ("Wq", "Wf2"):
+        per_layer = [g[layer_tensor(layer, name)] for layer in range(3)]
+        assert all(t.any() for t in per_layer)
+        assert not np.allclose(per_layer[0], per_layer[1]) and not np.allclose(per_layer[1], per_layer[2])
+
+
 def test_unused_embeddings_get_exactly_zero_gradient() -> None:
     shape = ModelShape(16)
     params = init_params(shape, 4)
@@ -70,19 +105,23 @@ def test_unused_embeddings_get_exactly_zero_gradient() -> None:
     g = views(shape, grads)
     assert not g["pos_emb"][5:].any() and g["pos_emb"][:5].all(axis=1).all()
     used = {0, 1, 4, 13, 14, 21, BOUNDARY}  # a b e n o v, boundary; z sits in the padding only
-    unused = sorted(set(range(VOCAB)) - used)
+    unused = sorted(set(range(NAMES.size)) - used)
     assert not g["tok_emb"][unused].any()
     assert g["tok_emb"][sorted(used - {BOUNDARY})].any(axis=1).all()
 
 
-def test_padding_tokens_change_nothing() -> None:
-    shape = ModelShape(32)
+@pytest.mark.parametrize("shape", [ModelShape(32), ModelShape(16, 4, n_layers=2, vocab=6, context=5)],
+                         ids=lambda s: s.describe())
+def test_padding_tokens_change_nothing(shape: ModelShape) -> None:
     params = init_params(shape, 5)
-    tokens, lengths = make_batches(load_names().names, 3, 16, seed=8)
+    if shape.vocab == NAMES.size:
+        tokens, lengths = make_batches(load_names().names, 3, 16, seed=8)
+    else:
+        tokens, lengths = synthetic_batches(shape, 3, 16, seed=8)
     other = tokens.copy()
     rng = np.random.default_rng(1)
-    dead = np.arange(MAX_SEQ) >= lengths[..., None]
-    other[dead] = rng.integers(0, VOCAB, int(dead.sum()))
+    dead = np.arange(tokens.shape[-1]) >= lengths[..., None]
+    other[dead] = rng.integers(0, shape.vocab, int(dead.sum()))
     assert (other != tokens).any()
     lrs = np.full(3, 0.01, np.float32)
     runs = []
@@ -98,9 +137,12 @@ def test_padding_tokens_change_nothing() -> None:
     np.testing.assert_array_equal(p1, p2)
 
 
-@pytest.mark.parametrize("d_model,expected", [(16, 4_192), (32, 14_528), (64, 53_632), (128, 205_568)])
-def test_parameter_count(d_model: int, expected: int) -> None:
-    shape = ModelShape(d_model)
+@pytest.mark.parametrize("shape,expected", [
+    (ModelShape(16), 4_192), (ModelShape(32), 14_528), (ModelShape(64), 53_632), (ModelShape(128), 205_568),
+    (ModelShape(64, 4, n_layers=2, vocab=64, context=32), 2 * 64 * 64 + 32 * 64 + 2 * 12 * 64 * 64),
+    (ModelShape(16, 4, n_layers=8, vocab=256, context=64), 2 * 256 * 16 + 64 * 16 + 8 * 12 * 16 * 16),
+])
+def test_parameter_count(shape: ModelShape, expected: int) -> None:
     state = NumpySession(shape, 16).get_state()
     assert shape.n_params == expected
     assert state.params.shape == state.adam_m.shape == state.adam_v.shape == (expected,)
@@ -112,7 +154,7 @@ def test_loss_at_init_is_near_uniform(d_model: int) -> None:
     shape = ModelShape(d_model)
     tokens, lengths = make_batches(load_names().names, 1, 64, seed=2)
     loss = loss_at(shape, init_params(shape, 0).astype(np.float64), tokens[0], lengths[0])
-    assert abs(loss - math.log(VOCAB)) < 0.15, loss
+    assert abs(loss - math.log(NAMES.size)) < 0.15, loss
 
 
 def test_zero_lm_head_gives_exactly_uniform_loss() -> None:
@@ -120,7 +162,7 @@ def test_zero_lm_head_gives_exactly_uniform_loss() -> None:
     params = init_params(shape, 0).astype(np.float64)
     views(shape, params)["Wlm"][:] = 0
     tokens, lengths = make_batches(load_names().names, 1, 16, seed=3)
-    assert loss_at(shape, params, tokens[0], lengths[0]) == pytest.approx(math.log(VOCAB), abs=1e-12)
+    assert loss_at(shape, params, tokens[0], lengths[0]) == pytest.approx(math.log(NAMES.size), abs=1e-12)
 
 
 def test_short_training_run_learns_names(names_file) -> None:
@@ -188,7 +230,7 @@ def test_non_finite_loss_raises_and_leaves_state_alone() -> None:
     views(shape, params)["Wlm"][3, 0] = np.inf
     s = session(shape, "float32", params)
     tokens, lengths = make_batches(load_names().names, 1, 4, seed=6)
-    with pytest.raises(FloatingPointError, match="non-finite loss"):
+    with pytest.raises(NonFiniteError, match="non-finite loss"):
         s.train_steps(tokens, lengths, np.full(1, 0.01, np.float32))
     assert s.get_state().step == 0
     np.testing.assert_array_equal(s.get_state().params, params)
@@ -212,6 +254,9 @@ def test_registered_through_entry_point() -> None:
     assert entry.available and entry.score == 1 and entry.distribution == "eemicrogpt-backend-numpy"
     assert entry.spec is not None and entry.spec.dtypes == ("float32", "float64")
     assert entry.spec.unsupported_reason(ModelShape(48, 6), 4096, "float64") is None
+    for shape in (ModelShape(16, 4, n_layers=8, vocab=256, context=64), ModelShape(80, 4, n_layers=2, vocab=2,
+                                                                                 context=1)):
+        assert entry.spec.unsupported_reason(shape, 16, "float32") is None, shape
     assert "float16" in (entry.spec.unsupported_reason(ModelShape(16), 16, "float16") or "")
     with open_session(entry, ModelShape(16), 16) as validated:
         assert isinstance(validated.inner, NumpySession) and isinstance(validated.inner, BackendSession)

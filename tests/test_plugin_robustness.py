@@ -22,9 +22,10 @@ from eemicrogpt_core.backend import BackendSpec, ProbeResult
 from eemicrogpt_core.data import encode, read_names
 from eemicrogpt_core.errors import BackendSelectionError
 from eemicrogpt_core.hookspec import hookimpl
-from eemicrogpt_core.model import ModelShape
+from eemicrogpt_core.model import DEFAULT_CONTEXT, ModelShape
 from eemicrogpt_core.plugin_guard import TIMEOUT_ENV
 from eemicrogpt_core.registry import load_registry, peak_gflops
+from eemicrogpt_core.vocab import Vocabulary
 
 SHAPE = ModelShape(16, 4)
 NEVER = threading.Event()  # never set: a probe waiting on it hangs for good
@@ -223,6 +224,19 @@ def test_a_hung_peak_measurement_is_ignored(monkeypatch: pytest.MonkeyPatch) -> 
     assert peak_gflops(_registry(_plugin("best", _spec("fast", score=100), peak=lambda: NEVER.wait()))) is None
 
 
+def test_each_precision_has_the_peak_of_its_own_best_backend() -> None:
+    both = _plugin("both", _spec("wide", score=50), _spec("narrow", score=40, precision="bf16"))
+    both.eemicrogpt_peak_gflops = hookimpl()(lambda precision, seconds: {"fp32": 90.0, "bf16": 360.0}[precision])
+    legacy = _plugin("legacy", _spec("older", score=100), peak=lambda: 75.0)  # only the fp32 hook
+    reg = _registry(both, legacy)
+    bf16 = peak_gflops(reg, precision="bf16")
+    assert bf16 is not None and bf16.gflops == 360.0 and "plugin of narrow" in bf16.source
+    fp32 = peak_gflops(reg)  # the best fp32 backend's plugin has only eemicrogpt_fp32_peak_gflops
+    assert fp32 is not None and fp32.gflops == 75.0 and "plugin of older" in fp32.source
+    assert peak_gflops(_registry(both)).gflops == 90.0
+    assert peak_gflops(reg, precision="fp16") is None  # no fp16 backend
+
+
 def test_no_peak_without_a_scoring_backend() -> None:
     assert peak_gflops(_registry(_plugin("p", _spec("manual", score=0), peak=lambda: 50.0))) is None
 
@@ -244,7 +258,7 @@ def test_one_failing_backend_does_not_abort_bench(names_file: Path) -> None:
 
     plugin = _plugin("p", BackendSpec("broken", "d", lambda: ProbeResult.ok(1), broken_factory))
     reg = load_registry(extra_plugins=(plugin,))
-    data, _ = encode(read_names(names_file).names)
+    data, _ = encode(read_names(names_file).names, Vocabulary.names(), DEFAULT_CONTEXT)
     cells = bench.speed_cells([reg.get("broken"), reg.get("numpy_ref")], (16,))
     rows, _ = bench.measure(cells, data, repeats=2, target_s=0.02)
     by_backend = {r.backend: r for r in rows}
@@ -287,8 +301,10 @@ def test_loss_at_keeps_going_past_a_size_that_fails(names_file: Path) -> None:
                     _plugin("two", BackendSpec("picky", "d", lambda: ProbeResult.ok(1), FailsAtD32)))
     entry = reg.get("one:picky")
     assert entry.selector == "one:picky"  # the name is shared: training selects it qualified
-    train_set, val_set = split(encode(read_names(names_file).names)[0], 0.1, 0)
-    rows = bench.loss_at(reg, entry, (32, 16), PreparedData(train_set, val_set, 0, 0), str(names_file), 0.05)
+    vocab = Vocabulary.names()
+    parts = split(encode(read_names(names_file).names, vocab, DEFAULT_CONTEXT)[0], 0.1, 0)
+    rows = bench.loss_at(reg, entry, (32, 16), PreparedData(parts.train, parts.validation, 0, 0, vocab),
+                         str(names_file), 0.05)
     assert "non-finite loss at step 3" in rows[0].error
     assert rows[1].error is None and rows[1].steps > 0
 

@@ -10,6 +10,7 @@ import dataclasses
 import io
 import json
 import math
+import unicodedata
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,8 @@ from eemicrogpt_core.checkpoint import Checkpoint, load_checkpoint, save_checkpo
 from eemicrogpt_core.config import TrainConfig, build_config, dump_yaml, parse_yaml, read_yaml
 from eemicrogpt_core.data import BatchSampler, encode, parse_names, read_names, sampler_state_problem
 from eemicrogpt_core.errors import CheckpointError, ConfigError, DataError
-from eemicrogpt_core.model import BOUNDARY, MAX_SEQ, VOCAB
+from eemicrogpt_core.model import DEFAULT_CONTEXT
+from eemicrogpt_core.vocab import Vocabulary
 
 FILES = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 KEYS = [f.name for f in dataclasses.fields(TrainConfig)]
@@ -48,7 +50,8 @@ def test_build_config_returns_a_valid_config_or_a_config_error(mapping: dict[str
         assert str(e).startswith(("test.yaml: ", "built-in default: ")) and "\n" not in str(e)
         return
     assert 1 <= cfg.d_model <= 1024 and cfg.d_model % cfg.n_heads == 0 and 1 <= cfg.batch <= 4096
-    assert math.isfinite(cfg.lr) and cfg.lr >= 0 and 0 <= cfg.seed < 2**63 and 0 < cfg.val_fraction < 1
+    assert math.isfinite(cfg.lr) and cfg.lr >= 0 and 0 <= cfg.seed < 2**63 and 0 <= cfg.val_fraction < 1
+    assert 1 <= cfg.n_layers <= 8 and 1 <= cfg.context <= 64 and isinstance(cfg.lowercase, bool)
 
 
 @FILES
@@ -95,19 +98,30 @@ def test_saved_configs_round_trip_through_yaml(data: str | None, out: str | None
 
 
 @FILES
-@given(st.lists(st.text(max_size=20), max_size=20), st.booleans())
-def test_parse_names_gives_clean_names_or_a_data_error(lines: list[str], drop_invalid: bool) -> None:
+@given(st.lists(st.text(max_size=20), max_size=20), st.booleans(), st.booleans(), st.integers(1, 64))
+def test_parse_names_gives_clean_names_or_a_data_error(lines: list[str], drop_invalid: bool, lowercase: bool,
+                                                       context: int) -> None:
     try:
-        names = parse_names(lines, "n.txt", drop_invalid=drop_invalid)
+        names = parse_names(lines, "n.txt", drop_invalid=drop_invalid, lowercase=lowercase)
     except DataError as e:
         assert str(e).startswith("n.txt") and "\n" not in str(e)
         return
-    assert names.names and all(n and set(n) <= set("abcdefghijklmnopqrstuvwxyz") for n in names.names)
-    data, truncated = encode(names.names)
-    assert data.tokens.shape == (len(names.names), MAX_SEQ) and int(data.tokens.max()) < VOCAB
-    assert int(data.lengths.min()) >= 2 and int(data.lengths.max()) <= MAX_SEQ
-    assert all(data.tokens[i, 0] == BOUNDARY for i in range(len(data)))
-    assert truncated == sum(len(n) + 2 > MAX_SEQ for n in names.names)
+    assert names.names and all(n and n == n.strip() and unicodedata.is_normalized("NFC", n) for n in names.names)
+    assert not any(unicodedata.category(ch) == "Cc" for n in names.names for ch in n)
+    if lowercase:
+        assert all(n == n.lower() for n in names.names)
+    try:
+        vocab = Vocabulary.from_names(names.names)
+    except DataError as e:  # more distinct characters than a vocabulary holds: one line naming the count
+        assert "distinct characters" in str(e) and "\n" not in str(e)
+        return
+    data, truncated = encode(names.names, vocab, context)
+    assert data.tokens.shape == (len(names.names), context + 1) and int(data.tokens.max()) < vocab.size
+    assert int(data.lengths.min()) >= 2 and int(data.lengths.max()) <= context + 1
+    assert all(data.tokens[i, 0] == vocab.boundary for i in range(len(data)))
+    assert truncated == sum(len(n) + 2 > context + 1 for n in names.names)
+    for i, name in enumerate(names.names):  # the tokens spell the name (up to the context) and nothing else
+        assert vocab.decode(data.tokens[i, 1 : data.lengths[i]]) == name[:context]
 
 
 @FILES
@@ -134,7 +148,7 @@ pcg_states = st.fixed_dictionaries({
 @FILES
 @given(pcg_states)
 def test_a_sampler_state_judged_valid_is_accepted_exactly(state: dict[str, Any]) -> None:
-    sampler = BatchSampler(encode(["ab", "cd"])[0], 2, seed=0)
+    sampler = BatchSampler(encode(["ab", "cd"], Vocabulary.names(), DEFAULT_CONTEXT)[0], 2, seed=0)
     if sampler_state_problem(state) is None:
         sampler.set_state(state)
         assert sampler.get_state() == state
@@ -148,14 +162,15 @@ def test_a_sampler_state_judged_valid_is_accepted_exactly(state: dict[str, Any])
 
 @pytest.fixture(scope="module")
 def valid_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> bytes:
-    cfg = TrainConfig(d_model=16, steps=100, data="/names.txt")
+    cfg = TrainConfig(d_model=16, n_layers=2, context=12, steps=100, data="/names.txt")
+    vocab = Vocabulary.from_names(["Zoë -♀", "ab"])
     rng = np.random.default_rng(0)
-    n = cfg.shape.n_params
+    n = cfg.model_shape(vocab.size).n_params
     state = TrainState(rng.standard_normal(n).astype(np.float32), np.zeros(n, np.float32),
                        np.ones(n, np.float32), 37)
-    sampler = BatchSampler(encode(["ab", "cde"])[0], 4, seed=1)
+    sampler = BatchSampler(encode(["ab", "Zoë"], vocab, cfg.context)[0], 4, seed=1)
     path = tmp_path_factory.mktemp("ckpt") / "checkpoint.npz"
-    save_checkpoint(path, Checkpoint(state, 100, sampler.get_state(), cfg, [2.5], "numpy_ref", "ab" * 32))
+    save_checkpoint(path, Checkpoint(state, 100, sampler.get_state(), cfg, vocab, [2.5], "numpy_ref", "ab" * 32))
     return path.read_bytes()
 
 
@@ -167,7 +182,8 @@ def _load_or_refuse(path: Path) -> Checkpoint | None:
         return None
     for name in ("params", "adam_m", "adam_v"):
         array = getattr(ckpt.state, name)
-        assert array.shape == (ckpt.config.shape.n_params,) and np.all(np.isfinite(array))
+        assert array.shape == (ckpt.shape.n_params,) and np.all(np.isfinite(array))
+    assert ckpt.shape.vocab == ckpt.vocab.size and ckpt.shape.context == ckpt.config.context
     assert 0 <= ckpt.state.step <= ckpt.total_steps and sampler_state_problem(ckpt.sampler_state) is None
     return ckpt
 
@@ -200,7 +216,7 @@ def test_damaged_checkpoint_bytes_load_exactly_or_are_refused(tmp_path: Path, va
 
 @FILES
 @given(st.sampled_from(["step", "total_steps", "sampler_state", "recent_losses", "backend", "data_sha256",
-                        "versions", "config", "format", "version"]), values)
+                        "versions", "config", "format", "version", "symbols"]), values)
 def test_tampered_metadata_loads_validly_or_is_refused(tmp_path: Path, valid_checkpoint: bytes, key: str,
                                                        value: Any) -> None:
     with zipfile.ZipFile(io.BytesIO(valid_checkpoint)) as zf:

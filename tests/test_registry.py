@@ -12,7 +12,7 @@ import pytest
 from eemicrogpt_core.backend import BackendSpec, ProbeResult, TrainState
 from eemicrogpt_core.errors import BackendSelectionError, BatchError
 from eemicrogpt_core.hookspec import hookimpl
-from eemicrogpt_core.model import MAX_SEQ, ModelShape
+from eemicrogpt_core.model import ModelShape
 from eemicrogpt_core.registry import load_registry, open_session
 
 SHAPE = ModelShape(16, 4)
@@ -182,8 +182,8 @@ def test_entry_point_that_fails_to_import_is_isolated(tmp_path, monkeypatch):
     sys.modules.pop("goodplug", None)
 
 
-def _batch(batch=4):
-    tokens = np.zeros((batch, MAX_SEQ), np.uint8)
+def _batch(batch=4, shape=SHAPE):
+    tokens = np.zeros((batch, shape.seq_len), np.uint8)
     lengths = np.full(batch, 5, np.uint8)
     return tokens, lengths
 
@@ -192,12 +192,12 @@ def _batch(batch=4):
     ("mutate", "message"),
     [
         (lambda t, n: (t.astype(np.int64), n), "dtype uint8"),
-        (lambda t, n: (t[:, :8].copy(), n), "16 positions"),
-        (lambda t, n: (np.full_like(t, 27), n), "token 27 is out of range"),
-        (lambda t, n: (t, np.full_like(n, 1)), "length 1 is outside 2..16"),
-        (lambda t, n: (t, np.full_like(n, 17)), "length 17 is outside 2..16"),
+        (lambda t, n: (t[:, :8].copy(), n), r"17 positions per sequence \(context 16 \+ 1\)"),
+        (lambda t, n: (np.full_like(t, 27), n), r"token 27 is out of range: the vocabulary has 27 tokens"),
+        (lambda t, n: (t, np.full_like(n, 1)), "length 1 is outside 2..17"),
+        (lambda t, n: (t, np.full_like(n, 18)), "length 18 is outside 2..17"),
         (lambda t, n: (t, n[:2].copy()), "disagree"),
-        (lambda t, n: (np.zeros((9, MAX_SEQ), np.uint8), np.full(9, 3, np.uint8)), "exceeds this session's capacity"),
+        (lambda t, n: (np.zeros((9, 17), np.uint8), np.full(9, 3, np.uint8)), "exceeds this session's capacity"),
         (lambda t, n: (t.tolist(), n), "must be a numpy array"),
     ],
 )
@@ -208,6 +208,28 @@ def test_bad_batches_never_reach_the_backend(mutate, message):
     with pytest.raises(BatchError, match=message):
         session.loss_and_grads(tokens, lengths)
     assert session.inner.calls == 0
+
+
+SMALL = ModelShape(16, 4, n_layers=2, vocab=6, context=5)
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda t, n: (np.zeros((4, 17), np.uint8), n), r"6 positions per sequence \(context 5 \+ 1\)"),
+        (lambda t, n: (np.full_like(t, 6), n), r"token 6 is out of range: the vocabulary has 6 tokens \(0\.\.5\)"),
+        (lambda t, n: (t, np.full_like(n, 7)), "length 7 is outside 2..6"),
+    ],
+)
+def test_batches_are_checked_against_the_sessions_shape(mutate, message):
+    reg = _registry(_plugin("p", _spec("a")))
+    session = open_session(reg.get("a"), SMALL, max_batch=8)
+    tokens, lengths = _batch(shape=SMALL)
+    session.loss_and_grads(tokens, lengths)  # the unmutated batch is fine: 6 positions, tokens < 6
+    tokens, lengths = mutate(tokens, lengths)
+    with pytest.raises(BatchError, match=message):
+        session.loss_and_grads(tokens, lengths)
+    assert session.inner.calls == 1
 
 
 def test_bad_learning_rates_are_rejected():

@@ -15,12 +15,14 @@ from reporters import StopAt
 from eemicrogpt_core.backend import BackendSpec, ProbeResult, TrainState
 from eemicrogpt_core.checkpoint import load_checkpoint
 from eemicrogpt_core.config import TrainConfig
-from eemicrogpt_core.errors import BackendSelectionError
+from eemicrogpt_core.data import read_names
+from eemicrogpt_core.errors import BackendSelectionError, DataError
 from eemicrogpt_core.hookspec import hookimpl
 from eemicrogpt_core.optim import lr_at
 from eemicrogpt_core.registry import BackendRegistry, load_registry
 from eemicrogpt_core.rundir import RunDir
 from eemicrogpt_core.trainer import NullReporter, TrainingDiverged, prepare_data, train
+from eemicrogpt_core.vocab import Vocabulary
 
 UNIFORM_LOSS = float(np.log(27))  # 3.296
 
@@ -176,6 +178,66 @@ def test_non_finite_parameters_are_never_saved(cfg: TrainConfig, tmp_path: Path)
 
 def test_prepare_data_counts(cfg: TrainConfig) -> None:
     data = prepare_data(cfg)
+    assert data.val is not None and data.note == ""
     assert len(data.train) + len(data.val) == 32033
     assert len(data.val) == int(np.ceil(0.1 * 32033))
-    assert data.n_truncated > 0 and data.n_dropped == 0
+    assert data.vocab == Vocabulary.names() and data.train.tokens.shape[1] == 17
+    # context 16 holds the file's longest names (15 letters) whole; context 15 truncates exactly those
+    assert data.n_truncated == 0 and data.n_dropped == 0
+    longest = sum(len(n) == 15 for n in read_names(cfg.data).names)
+    assert longest > 0 and prepare_data(dataclasses.replace(cfg, context=15)).n_truncated == longest
+
+
+def test_prepare_data_with_a_checkpoints_vocabulary(cfg: TrainConfig, tmp_path: Path) -> None:
+    path = tmp_path / "names.txt"
+    path.write_text("anna\nbob\nzoë\n", encoding="utf-8")
+    own = dataclasses.replace(cfg, data=str(path))
+    assert prepare_data(own).vocab.symbols == ("a", "b", "n", "o", "z", "ë")
+    with pytest.raises(DataError, match=r"names\.txt:3: character 'ë' \(ë\) is not in the checkpoint's vocabulary"):
+        prepare_data(own, Vocabulary.names())
+    kept = prepare_data(dataclasses.replace(own, drop_invalid=True), Vocabulary.names())
+    assert kept.vocab == Vocabulary.names() and len(kept.train) + len(kept.val or []) == 2 and kept.n_dropped == 1
+
+
+def test_lowercase_folds_before_the_vocabulary_is_built(cfg: TrainConfig, tmp_path: Path) -> None:
+    path = tmp_path / "names.txt"
+    path.write_text("Emma\nEMMA\nStraße\n", encoding="utf-8")
+    kept = prepare_data(dataclasses.replace(cfg, data=str(path)))
+    folded = prepare_data(dataclasses.replace(cfg, data=str(path), lowercase=True))
+    assert kept.vocab.symbols == ("A", "E", "M", "S", "a", "e", "m", "r", "t", "ß")
+    assert folded.vocab.symbols == ("a", "e", "m", "r", "s", "t", "ß")
+
+
+def test_no_validation_split_trains_and_says_so(registry: BackendRegistry, cfg: TrainConfig, tmp_path: Path) -> None:
+    no_val = dataclasses.replace(cfg, val_fraction=0.0)
+    data = prepare_data(no_val)
+    assert data.val is None and len(data.train) == 32033 and "no validation" in data.note
+    run = RunDir.create(str(tmp_path / "run"), no_val)
+    result = train(no_val, registry, run_dir=run, reporter=Recorder())
+    assert result.val_loss is None and result.steps_run == 60 and np.isfinite(result.train_loss)
+    assert [r["val_loss"] for r in run.read_metrics()] == [None, None]
+    assert Recorder.last.data_note == data.note
+    assert load_checkpoint(run.checkpoint_path).state.step == 60
+
+
+class Recorder(NullReporter):
+    """Keeps the RunInfo the trainer starts with."""
+
+    last: Any = None
+
+    def start(self, info: Any) -> None:
+        Recorder.last = info
+
+
+@pytest.mark.parametrize("lines", [["zoë"], ["zoë", "Ana Lu"]])
+def test_one_or_two_names_train(registry: BackendRegistry, cfg: TrainConfig, tmp_path: Path,
+                                lines: list[str]) -> None:
+    path = tmp_path / "names.txt"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    tiny = dataclasses.replace(cfg, data=str(path), steps=30, log_every=30)
+    result = train(tiny, registry, reporter=Recorder())
+    info = Recorder.last
+    assert info.n_train == len(lines), "every name of a tiny file is trained on"
+    assert result.val_loss is not None and np.isfinite(result.val_loss)
+    assert "too few" in info.data_note and "training names" in info.data_note
+    assert result.losses[-5:].mean() < result.losses[:5].mean()  # it learns its few names

@@ -10,7 +10,7 @@ from rich.table import Table
 
 from ..errors import ConfigError
 from ..registry import load_registry
-from .driver import SweepOutcome, check_backends, prepare_runs, run_sweep
+from .driver import Executor, SweepOutcome, check_backends, prepare_runs, run_sweep
 from .progress import SweepProgress
 from .results import fmt
 from .spec import load_spec
@@ -50,7 +50,7 @@ def sweep_command(spec_path: Path, *, out: Path | None, executor: str, address: 
     if executor == "ray":
         from .ray_executor import RayExecutor  # Ray is an optional extra: imported only when asked for
 
-        ex = RayExecutor.connect(address, runs, console)
+        ex: Executor = RayExecutor.connect(address, runs, console)
     else:
         from .local import LocalExecutor
 

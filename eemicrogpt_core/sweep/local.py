@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 from ..errors import EemicrogptError
-from .cpus import THREAD_ENV_VARS, Placement, physical_cores, place_workers
+from ..topology import physical_cores
+from .placement import THREAD_ENV_VARS, Placement, place_workers
 from .runner import INTERRUPTED
 
 

@@ -24,7 +24,7 @@ from ..atomic import atomic_write_bytes
 from ..errors import EemicrogptError
 from ..registry import load_registry
 from ..rundir import CHECKPOINT_NAME, CONFIG_NAME
-from .cpus import THREAD_ENV_VARS
+from .placement import THREAD_ENV_VARS
 from .ray_tasks import node_report, read_run_files, run_task
 from .runner import FAILED, INTERRUPTED, one_line
 from .spec import Run
@@ -79,7 +79,8 @@ def needed_backends(runs: list[Run]) -> dict[str, str | None]:
     only some available backend on each node."""
     registry = load_registry()
     names = {r.config.backend for r in runs}
-    return {n: (registry.get(n).version if registry.get(n) else None) for n in sorted(names)}
+    entries = {n: registry.get(n) for n in sorted(names)}
+    return {n: (entry.version if entry is not None else None) for n, entry in entries.items()}
 
 
 def compatibility_problems(reports: dict[str, dict[str, Any]], needed: dict[str, str | None]) -> list[str]:
@@ -138,7 +139,10 @@ class RayExecutor:
         if len(data_files) != 1:
             raise EemicrogptError("--executor ray ships one names file to the workers; the runs use "
                                   f"{len(data_files)}: {', '.join(sorted(map(str, data_files)))}")
-        executor = cls(ray, Path(data_files.pop()).read_bytes(), console)
+        data_file = data_files.pop()
+        if data_file is None:  # prepare_runs resolves every run's names file before any executor starts
+            raise EemicrogptError("the runs' names file is not resolved")
+        executor = cls(ray, Path(data_file).read_bytes(), console)
         if executor.cpus < 1:
             raise EemicrogptError("the Ray cluster has no CPUs to run on")
         executor.check_nodes(needed_backends(runs))

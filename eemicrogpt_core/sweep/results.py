@@ -22,8 +22,9 @@ METRIC_COLUMNS = ("status", "train_loss", "val_loss", "steps", "total_steps", "u
 def sort_key(record: dict[str, Any]) -> tuple[int, float]:
     """Finished runs by val loss first; then the rest (interrupted, failed) in a stable order."""
     val = record.get("val_loss")
-    ok = record.get("status") == DONE and isinstance(val, (int, float)) and math.isfinite(val)
-    return (0, float(val)) if ok else (1, 0.0)
+    if record.get("status") == DONE and isinstance(val, (int, float)) and math.isfinite(val):
+        return (0, float(val))
+    return (1, 0.0)
 
 
 class ResultStore:

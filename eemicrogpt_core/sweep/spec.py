@@ -24,7 +24,6 @@ checked with the trainer's own rules before anything starts, so a bad spec fails
 
 from __future__ import annotations
 
-import dataclasses
 import difflib
 import itertools
 import math
@@ -32,17 +31,17 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 import numpy as np
 import yaml
 
-from ..config import TrainConfig, build_config, read_yaml
+from ..config import KEYS, TrainConfig, build_config, read_yaml
 from ..errors import ConfigError
 
 TOP_KEYS = ("name", "base", "grid", "random", "seeds", "steps", "time_budget")
 RANDOM_KEYS = ("count", "seed", "parameters")
-TRAINING_KEYS = tuple(f.name for f in dataclasses.fields(TrainConfig))
+TRAINING_KEYS = KEYS
 SWEEP_OWNED = ("out",)  # each run's directory is chosen by the sweep
 LOG_UNIFORM = ("log_uniform", "log_uniform_values")  # W&B's name for bounds given as values
 SIGNIFICANT_DIGITS = 4  # random draws are rounded so run names and tables stay readable
@@ -120,7 +119,7 @@ def _parse_distribution(where: str, spec: Any) -> dict[str, Any]:
     if dist not in (*LOG_UNIFORM, "uniform"):
         raise _fail(where, f"distribution must be log_uniform or uniform, got {dist!r}")
     lo, hi = spec.get("min"), spec.get("max")
-    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in (lo, hi)):
+    if not (_finite_number(lo) and _finite_number(hi)):
         raise _fail(where, f"min and max must be finite numbers, got {lo!r} and {hi!r}")
     if not lo < hi:
         raise _fail(where, f"min must be below max, got {lo} and {hi}")
@@ -287,6 +286,10 @@ def draw_random(spec: SweepSpec) -> list[dict[str, Any]]:
 def _fmt(value: Any) -> str:
     text = f"{value:g}" if isinstance(value, float) else str(value)
     return re.sub(r"[^A-Za-z0-9.+-]", "_", text)
+
+
+def _finite_number(value: object) -> TypeGuard[float]:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def run_id(varied: Mapping[str, Any]) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from eemicrogpt_core.backend import BackendSpec, ProbeResult
+from eemicrogpt_core.config import MAX_CONFIG_BATCH
 from eemicrogpt_core.hookspec import hookimpl
 from eemicrogpt_core.model import ModelShape
 
@@ -32,6 +33,6 @@ def eemicrogpt_backends() -> Iterator[BackendSpec]:
         d_models=None,
         n_heads=None,
         dtypes=DTYPES,
-        max_batch=4096,
+        max_batch=MAX_CONFIG_BATCH,  # every batch a config may ask for
         envelope="any valid shape (d_model up to the config's bound)",
     )

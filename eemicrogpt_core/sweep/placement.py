@@ -1,49 +1,14 @@
-"""Physical cores from Linux sysfs: SMT siblings count once, so time-budget runs never share a core."""
+"""Where the sweep's local workers run: one pinned CPU each, one per physical core first, BLAS threads 1."""
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
-from pathlib import Path
-
-SYSFS_CPUS = Path("/sys/devices/system/cpu")
 
 # Set in each worker's environment before numpy loads: one BLAS/OpenMP thread per worker, as pinned.
 THREAD_ENV_VARS = (
     "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS", "VECLIB_MAXIMUM_THREADS",
     "NUMEXPR_NUM_THREADS",
 )
-
-
-def parse_cpu_list(text: str) -> list[int]:
-    """Linux's cpu list format: '0-3,8,10-11'."""
-    cpus: list[int] = []
-    for part in text.strip().split(","):
-        if not part:
-            continue
-        lo, _, hi = part.partition("-")
-        cpus.extend(range(int(lo), int(hi or lo) + 1))
-    return cpus
-
-
-def physical_cores(allowed: set[int] | None = None, root: Path = SYSFS_CPUS) -> list[list[int]]:
-    """The usable CPUs grouped by physical core (each group: SMT siblings, lowest first).
-
-    A CPU whose topology cannot be read counts as its own core.
-    """
-    allowed = set(os.sched_getaffinity(0)) if allowed is None else allowed
-    cores: dict[tuple[int, ...], list[int]] = {}
-    for cpu in sorted(allowed):
-        topo = root / f"cpu{cpu}" / "topology"
-        key: tuple[int, ...] = (cpu,)
-        for name in ("core_cpus_list", "thread_siblings_list"):
-            try:
-                key = tuple(parse_cpu_list((topo / name).read_text()))
-                break
-            except (OSError, ValueError):
-                continue
-        cores.setdefault(key, []).append(cpu)
-    return sorted(cores.values())
 
 
 @dataclass(frozen=True)

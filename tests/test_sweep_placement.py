@@ -1,4 +1,4 @@
-"""Worker placement: physical cores from sysfs (SMT siblings count once), pinning, BLAS threads 1."""
+"""Worker placement: one worker per physical core first, pinning, BLAS threads 1; the ETA."""
 
 from __future__ import annotations
 
@@ -6,53 +6,22 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-from eemicrogpt_core.sweep.cpus import THREAD_ENV_VARS, parse_cpu_list, physical_cores, place_workers
 from eemicrogpt_core.sweep.local import worker_env
+from eemicrogpt_core.sweep.placement import THREAD_ENV_VARS, place_workers
 from eemicrogpt_core.sweep.progress import eta_seconds
 
 
-def fake_sysfs(root: Path, siblings: dict[int, str]) -> Path:
-    for cpu, text in siblings.items():
-        topo = root / f"cpu{cpu}" / "topology"
-        topo.mkdir(parents=True)
-        (topo / "thread_siblings_list").write_text(text + "\n")
-    return root
-
-
-def test_parse_cpu_list() -> None:
-    assert parse_cpu_list("0-3,8,10-11\n") == [0, 1, 2, 3, 8, 10, 11]
-    assert parse_cpu_list("5") == [5]
-
-
-def test_smt_siblings_count_once_and_workers_take_one_cpu_per_core_first(tmp_path: Path) -> None:
-    root = fake_sysfs(tmp_path, {0: "0,2", 1: "1,3", 2: "0,2", 3: "1,3"})
-    cores = physical_cores({0, 1, 2, 3}, root)
-    assert cores == [[0, 2], [1, 3]]
+def test_workers_take_one_cpu_per_core_first() -> None:
+    cores = [[0, 2], [1, 3]]  # two cores with two SMT siblings each (topology.physical_cores)
     default = place_workers(None, cores)
     assert default.cpus == [[0], [1]] and not default.shared
     assert "2 workers on 2 physical cores" in default.describe() and "SHARE" not in default.describe()
     crowded = place_workers(3, cores)
     assert crowded.cpus == [[0], [1], [2]] and crowded.shared  # the third worker lands on core 0's sibling
     assert "WORKERS SHARE A CORE" in crowded.describe()
-
-
-def test_unreadable_topology_counts_each_cpu_as_a_core(tmp_path: Path) -> None:
-    root = fake_sysfs(tmp_path, {0: "0"})
-    assert physical_cores({0, 5}, root) == [[0], [5]]
-
-
-def test_only_allowed_cpus_are_used(tmp_path: Path) -> None:
-    root = fake_sysfs(tmp_path, {0: "0-1", 1: "0-1", 2: "2-3", 3: "2-3"})
-    assert physical_cores({1, 2, 3}, root) == [[1], [2, 3]]
-
-
-def test_this_machine_has_at_least_one_core() -> None:
-    cores = physical_cores()
-    assert cores and sorted(c for core in cores for c in core) == sorted(os.sched_getaffinity(0))
 
 
 def test_a_worker_pins_itself_and_gets_one_blas_thread() -> None:

@@ -1,0 +1,53 @@
+"""The command line's options for the config keys, derived from the schema (config.SETTINGS and FIELD_TYPES).
+
+`with_config_options` gives a typer command one option per key: `--key-with-dashes` (or the key's
+`Setting.flag`), `--key/--no-key` for true-or-false keys, the key's help text. None means "not given", so a
+flag overrides the config file only when it is on the command line.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Annotated, Any
+
+import typer
+
+from .config import FIELD_TYPES, SETTINGS
+
+OVERRIDES = "overrides"  # the parameter through which the command receives the keys' values
+
+
+def flag_of(key: str) -> str:
+    """The option that sets key on the command line."""
+    return SETTINGS[key].flag or "--" + key.replace("_", "-")
+
+
+def _option(key: str) -> inspect.Parameter:
+    value_type = next(t for t in FIELD_TYPES[key] if t is not type(None))
+    flag = flag_of(key)
+    decls = [f"{flag}/--no-{flag.removeprefix('--')}"] if value_type is bool else [flag]
+    option = typer.Option(*decls, help=SETTINGS[key].help, show_default=False)
+    return inspect.Parameter(key, inspect.Parameter.KEYWORD_ONLY, default=None,
+                             annotation=Annotated[value_type | None, option])
+
+
+def with_config_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """Add an option per config key to a typer command after its own parameters; the command gets their values as
+    `overrides: dict[str, Any]` (every key, None when not given)."""
+    own = [p for p in inspect.signature(command, eval_str=True).parameters.values() if p.name != OVERRIDES]
+    keys = list(SETTINGS)
+    clash = {p.name for p in own} & set(keys)
+    if clash:
+        raise TypeError(f"{command.__name__} has parameters named like config keys: {', '.join(sorted(clash))}")
+    params = own + [_option(key) for key in keys]
+
+    @functools.wraps(command)
+    def wrapper(**kwargs: Any) -> Any:
+        overrides = {key: kwargs.pop(key) for key in keys}
+        return command(**kwargs, **{OVERRIDES: overrides})
+
+    wrapper.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    wrapper.__annotations__ = {p.name: p.annotation for p in params}
+    return wrapper
