@@ -11,7 +11,11 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-VERSION_FILE = Path(__file__).resolve().parent.parent / "eemicrogpt_core" / "_version.py"
+HERE = Path(__file__).resolve().parent
+# The core's file in a repository checkout; a backend that ships this module in its sdist (a copy made at
+# build time) ships the version file beside it.
+_SHIPPED = HERE / "_version.py"
+VERSION_FILE = _SHIPPED if _SHIPPED.is_file() else HERE.parent / "eemicrogpt_core" / "_version.py"
 
 
 def core_version() -> str:

@@ -1,26 +1,28 @@
 """setup() keyword arguments for an SME2 backend, built natively on aarch64 Linux or macOS (or cross-built
 by the aarch64 lane through the same code).
 
-Imported by backends/sme2_f32/setup.py and backends/sme2_f16/setup.py (sme2_f16 and sme2_f16w) so that
-every SME2 library is built from the same sources with the same flags; the build command itself (feature
-test, strict linking, object check, arm64 only on universal2 Pythons) is ../arm_common/arm_setup.py,
-shared with neon. Only sme2_gemm.c may see the
-SME extensions: the step is plain C (no SVE may leak into non-streaming code: Apple M4 has none) and the
-CPU probe must run on any aarch64 CPU, so those two are compiled separately and linked in as objects.
+Used by backends/sme2_f32/setup.py and backends/sme2_f16/setup.py (sme2_f16 and sme2_f16w) from the copy
+share.py puts in their `_build/`, beside the kernels' sources, the ABI headers and arm_setup.py (the build
+command shared with neon: feature test, strict linking, object check, arm64 only on universal2 Pythons), so
+that every SME2 library is built from the same sources with the same flags; tools/a64lane/darwin_compile.py
+loads this original with ../arm_common on sys.path. Only sme2_gemm.c may see the SME extensions: the step is
+plain C (no SVE may leak into non-streaming code: Apple M4 has none) and the CPU probe must run on any
+aarch64 CPU, so those two are compiled separately and linked in as objects.
 """
 
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 from typing import Any, NamedTuple
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "arm_common"))
-from arm_setup import ArmBuildExt, ArmExtension, ObjCheck, is_arm_target  # noqa: E402
+from arm_setup import ArmBuildExt, ArmExtension, ObjCheck, is_arm_target  # beside this file, or on sys.path
 
-INCLUDE = os.environ.get("EEMICROGPT_INCLUDE", str(HERE.parent.parent / "eemicrogpt_core" / "include"))
+HERE = Path(__file__).resolve().parent
+# The ABI headers: $EEMICROGPT_INCLUDE, the copy beside this file (a distribution's _build/), or the
+# repository's (this file in backends/sme2_common).
+INCLUDE = os.environ.get("EEMICROGPT_INCLUDE") or str(
+    HERE / "include" if (HERE / "include").is_dir() else HERE.parents[1] / "eemicrogpt_core" / "include")
 WARN = ["-std=c11", "-fvisibility=hidden", "-Wall", "-Wextra"]
 # Not armv9-a: that lets clang auto-vectorise ordinary code with SVE, which Apple M4 lacks outside
 # streaming mode. The step gets no SME/SVE; the probe is built for the oldest aarch64.

@@ -1,22 +1,23 @@
-"""Builds sme2_f32 (fp32 FMOPA)'s plain C library from ../sme2_common on aarch64 Linux/macOS only.
+"""Builds sme2_f32 (fp32 FMOPA)'s plain C library on aarch64 Linux/macOS only.
 
-Elsewhere (and when staged without the sibling sources) the package installs as pure Python and its
-probe says why the backend is unavailable. The aarch64 lane cross-builds through this same file.
+Elsewhere the package installs as pure Python and its probe says why the backend is unavailable. The aarch64
+lane cross-builds through this same file. What it shares with the other SME2 and ARM backends (build
+helpers, kernel sources, the ABI headers, the core's version, the probe and spec modules) is copied into
+this directory from the repository by ../sme2_common/share.py when that exists; an sdist ships the copies.
 """
 
+import runpy
 import sys
 from pathlib import Path
 
 from setuptools import setup
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # backends/lockstep.py: version and core pin
-from lockstep import lockstep
+HERE = Path(__file__).resolve().parent
+SHARE = HERE.parent / "sme2_common" / "share.py"
+if SHARE.is_file():  # a repository checkout: refresh the copies
+    runpy.run_path(str(SHARE))["share"](HERE, "eemicrogpt_backend_sme2")
+sys.path.insert(0, str(HERE / "_build"))  # the copies: lockstep, sme2_setup and what it imports
+from lockstep import lockstep  # noqa: E402
+from sme2_setup import sme2_setup_kwargs  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "sme2_common"))
-METADATA = lockstep("numpy>=1.24", "cffi>=1.15")
-try:
-    from sme2_setup import sme2_setup_kwargs
-except ImportError:
-    setup(**METADATA)
-else:
-    setup(**sme2_setup_kwargs(sme2_f32="eemicrogpt_backend_sme2._emg_sme2"), **METADATA)
+setup(**sme2_setup_kwargs(sme2_f32="eemicrogpt_backend_sme2._emg_sme2"), **lockstep("numpy>=1.24", "cffi>=1.15"))

@@ -1,7 +1,8 @@
 """The probes of sme2_f16 (FEAT_SME_F16F16 on top of SME2) and sme2_f16w (SME2 only: the widening fp16
 FMOPA is base SME); `auto` picks either only when fp16 is asked for (their spec's precision is fp16).
 
-The shared probe's other paths (no SME2, macOS SME2 key, other OS) are tested with sme2_f32. The lane
+The probe's other paths (no SME2, macOS SME2 key, other OS) are tested with sme2_f32 (the same module,
+sme2_common/sme2_probe.py). The lane
 also runs this file under QEMU_CPU=max,sme=off, where the CPU really lacks SME.
 """
 
@@ -10,8 +11,8 @@ from __future__ import annotations
 import platform
 
 import pytest
-from eemicrogpt_backend_sme2 import probe
-from eemicrogpt_backend_sme2_f16 import plugin, plugin_f16w
+from eemicrogpt_backend_sme2_f16 import plugin, probe
+from eemicrogpt_backend_sme2_f16.spec import Sme2Plugin
 
 from eemicrogpt_core import native
 from eemicrogpt_core.model import ModelShape
@@ -21,15 +22,16 @@ ON_ARM = platform.machine().lower() in probe.ARM_MACHINES
 
 
 def _reason_on(
-    monkeypatch: pytest.MonkeyPatch, machine: str, system: str, module=plugin, **facts: int
+    monkeypatch: pytest.MonkeyPatch, machine: str, system: str, backend: Sme2Plugin = plugin.sme2_f16,
+    **facts: int,
 ) -> str | None:
-    """The probe verdict of `module`'s backend on a pretend CPU: `facts` are AT_HWCAP2 (hwcap2) or sysctl
-    keys. On a machine without the built library an available CPU reads as "not built"."""
+    """The probe verdict of `backend` on a pretend CPU: `facts` are AT_HWCAP2 (hwcap2) or sysctl keys. On a
+    machine without the built library an available CPU reads as "not built"."""
     monkeypatch.setattr(probe, "machine", lambda: machine)
     monkeypatch.setattr(probe, "os_name", lambda: system)
     monkeypatch.setattr(probe, "linux_hwcap2", lambda: facts.get("hwcap2", 0))
     monkeypatch.setattr(probe, "macos_sysctl_int", lambda key: facts.get(key.rsplit(".", 1)[-1], 0))
-    (found,) = module.eemicrogpt_backends()
+    (found,) = backend.eemicrogpt_backends()
     result = found.probe()
     assert result.available == (result.reason.startswith("SME2")), result.reason
     return None if result.available else result.reason
@@ -59,7 +61,7 @@ def test_real_probe_on_this_machine() -> None:
         assert not entry.available and "this machine is" in entry.status_reason
         return
     has_cpu = probe.reports(probe.SME2) and probe.reports(probe.SME_F16F16)
-    built = native.find_library(plugin.PACKAGE_DIR, plugin.LIBRARY_STEM) is not None
+    built = native.find_library(plugin.PACKAGE_DIR, plugin.sme2_f16.backend.stem) is not None
     assert entry.available == (has_cpu and built), entry.status_reason
     if not probe.reports(probe.SME2):
         assert "FEAT_SME2, not reported" in entry.status_reason
@@ -69,7 +71,7 @@ def test_real_probe_on_this_machine() -> None:
 # ---- sme2_f16w: fp16 operands, fp32 accumulation; SME2 is all it needs ----------------------------------
 
 def test_f16w_non_arm_machine_gets_the_documented_reason(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert _reason_on(monkeypatch, "x86_64", "linux", plugin_f16w) == (
+    assert _reason_on(monkeypatch, "x86_64", "linux", plugin.sme2_f16w) == (
         "sme2_f16w: requires an aarch64 CPU with FEAT_SME2; this machine is x86_64"
     )
 
@@ -77,12 +79,12 @@ def test_f16w_non_arm_machine_gets_the_documented_reason(monkeypatch: pytest.Mon
 @pytest.mark.parametrize(("system", "facts"), [("linux", {"hwcap2": probe.HWCAP2_SME2}), ("darwin", {"FEAT_SME2": 1})])
 def test_f16w_runs_on_sme2_without_f16f16(monkeypatch: pytest.MonkeyPatch, system: str, facts: dict[str, int]) -> None:
     """Apple M4's case: SME2 without FEAT_SME_F16F16 is enough (only the library may still be missing)."""
-    reason = _reason_on(monkeypatch, "aarch64" if system == "linux" else "arm64", system, plugin_f16w, **facts)
+    reason = _reason_on(monkeypatch, "aarch64" if system == "linux" else "arm64", system, plugin.sme2_f16w, **facts)
     assert reason is None or ("not built" in reason and "FEAT_" not in reason), reason
 
 
 def test_f16w_without_sme2_is_unavailable(monkeypatch: pytest.MonkeyPatch) -> None:
-    reason = _reason_on(monkeypatch, "aarch64", "linux", plugin_f16w, hwcap2=probe.HWCAP2_SME_F16F16)
+    reason = _reason_on(monkeypatch, "aarch64", "linux", plugin.sme2_f16w, hwcap2=probe.HWCAP2_SME_F16F16)
     assert reason is not None and reason.startswith("sme2_f16w: requires FEAT_SME2, not reported")
 
 
@@ -92,7 +94,7 @@ def test_f16w_real_probe_on_this_machine() -> None:
     if not ON_ARM:
         assert not entry.available and "this machine is" in entry.status_reason
         return
-    built = native.find_library(plugin.PACKAGE_DIR, plugin_f16w.LIBRARY_STEM) is not None
+    built = native.find_library(plugin.PACKAGE_DIR, plugin.sme2_f16w.backend.stem) is not None
     assert entry.available == (probe.reports(probe.SME2) and built), entry.status_reason
     assert entry.spec is not None and entry.spec.precision == "fp16"  # so `auto` picks it only for precision fp16
 
@@ -100,7 +102,7 @@ def test_f16w_real_probe_on_this_machine() -> None:
 @pytest.mark.skipif(not ON_ARM, reason="the native library exists only on aarch64")
 @pytest.mark.parametrize(
     ("stem", "features"),
-    [(plugin.LIBRARY_STEM, (probe.SME2, probe.SME_F16F16)), (plugin_f16w.LIBRARY_STEM, (probe.SME2,))],
+    [(plugin.sme2_f16.backend.stem, (probe.SME2, probe.SME_F16F16)), (plugin.sme2_f16w.backend.stem, (probe.SME2,))],
     ids=["sme2_f16", "sme2_f16w"],
 )
 def test_library_refuses_only_a_cpu_without_its_features(stem: str, features: tuple[probe.Feature, ...]) -> None:
@@ -111,4 +113,4 @@ def test_library_refuses_only_a_cpu_without_its_features(stem: str, features: tu
     else:
         with pytest.raises(native.NativeBackendError) as info:
             native.NativeSession(str(path), ModelShape(64, 4), 4)
-        assert info.value.status == 2  # EMG_ERR_UNSUPPORTED, not a SIGILL
+        assert info.value.status == native.STATUS["EMG_ERR_UNSUPPORTED"]  # not a SIGILL

@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 import pytest
-from eemicrogpt_backend_sme2 import probe
+from eemicrogpt_backend_sme2_f16 import probe
 
 from eemicrogpt_core.backend import TrainState
 from eemicrogpt_core.model import ModelShape, init_params

@@ -21,13 +21,12 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from fp16_gemm_model import Fp16GemmModel, check_against_model
+from fp16_gemm_model import Fp16GemmModel, check_against_model, ungated
 
 from eemicrogpt_core.testing import BackendConformance, per_tensor_errors
 
 MODEL_SEEDS = range(4)  # the first four, not chosen: the bounds below hold over 41 seeds
 
-UNGATED = ("Wlm", "Wf2")  # no ReLU gate upstream of their gradients: rounding only
 UNGATED_RMS_BOUND = 2.5e-3
 
 
@@ -39,6 +38,10 @@ class TestSme2F16wConformance(BackendConformance):
     grad_rel_max_tol: ClassVar[float | None] = 0.12
     trajectory_steps = 8
     trajectory_windows = 1
+    # One shape beyond the per-d_model checks: two layers, head size 5 (odd: the widening FMOPA pairs the
+    # last k row with zeros), vocabulary 64, context 33. The step's shape handling is sme2_f32's code,
+    # which runs the whole matrix; emulated fp16 FMOPA is slow.
+    shape_matrix = ((80, 16, 2, 64, 33),)
 
     def test_ungated_gradients_show_fp32_accumulation(self, d_model: int) -> None:
         """d_model comes from the kit's parametrisation (d_models)."""
@@ -49,9 +52,10 @@ class TestSme2F16wConformance(BackendConformance):
             _, got = session.loss_and_grads(tokens, lengths)
         assert got is not None
         errors = per_tensor_errors(self.shape(d_model), got, want)
-        for name in UNGATED:
+        tight = ungated(self.shape(d_model))
+        for name in tight:
             print(f"d{d_model} {name}: relative RMS error {errors[name][0]:.2e}")
-        assert all(errors[name][0] <= UNGATED_RMS_BOUND for name in UNGATED), errors
+        assert all(errors[name][0] <= UNGATED_RMS_BOUND for name in tight), errors
 
     def test_gradients_match_the_fp16_operand_model_for_any_input(self, d_model: int) -> None:
         """Bounds and measurements in the module docstring. The Wlm/Wf2 bound fails the fp32 kernel

@@ -1,17 +1,32 @@
-"""The shared native ABI contract (eemicrogpt_core.abi_testing) on the sme2_f32 library."""
+"""The shared native ABI contract (eemicrogpt_core.abi_testing) on the sme2_f32 library, and its envelope."""
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
+from typing import Any
 
-from eemicrogpt_backend_sme2.plugin import LIBRARY_STEM, PACKAGE_DIR
+from eemicrogpt_backend_sme2.plugin import PACKAGE_DIR, sme2_f32
 
-from eemicrogpt_core.abi_testing import NativeAbiContract
-from eemicrogpt_core.native import find_library
+from eemicrogpt_core.abi_testing import UNSUPPORTED, NativeAbiContract, raw_shape
+from eemicrogpt_core.native import _ffi, find_library
 
 
 class TestSme2F32Abi(NativeAbiContract):
     backend_name = "sme2_f32"
 
     def library_path(self) -> Path | None:
-        return find_library(PACKAGE_DIR, LIBRARY_STEM)
+        return find_library(PACKAGE_DIR, sme2_f32.backend.stem)
+
+    def test_supports_every_shape_of_the_envelope(self, lib: Any) -> None:
+        """d_model 64-256 in steps of 16 with every head count the ABI allows, at the bounds of the rest."""
+        for d, layers, vocab, context in itertools.product(range(64, 257, 16), (1, 8), (2, 256), (1, 64)):
+            for heads in (h for h in range(1, d // 4 + 1) if d % h == 0):
+                assert lib.emg_supports(raw_shape(d, heads, layers, vocab, context)) == 1, (d, heads, layers)
+
+    def test_refuses_widths_outside_the_envelope(self, lib: Any) -> None:
+        out = _ffi().new("emg_session **")
+        for d in (16, 32, 48, 72, 120, 272, 512):  # below 64, not a multiple of 16, above 256
+            shape = raw_shape(d, 4, 1, 27, 16)
+            assert lib.emg_supports(shape) == 0, d
+            assert lib.emg_create(shape, 1, out) == UNSUPPORTED, d

@@ -1,10 +1,14 @@
-"""The conformance kit against numpy_ref at d_model 64 and 128 (the sizes sme2_f32 serves).
+"""The conformance kit against numpy_ref at d_model 64 and 128, and its shape matrix over sme2_f32's envelope.
 
 On x86 these skip with the probe's reason; the aarch64 lane runs them under QEMU with
 EEMICROGPT_REQUIRE_BACKENDS=sme2_f32 (512- and 256-bit streaming vectors), where unavailable fails.
 Emulated FMOPA is slow (about 0.14 s per d64 batch-16 step under QEMU 11), so the trajectory is shorter
 than the kit's default, checked in two windows of 10 steps (one for the 10-step run); the bounds are the
 kit's fp32 ones.
+
+SHAPE_MATRIX is the kit's default matrix moved into the envelope (d_model 64-256): every vocabulary bound
+(2, 256) and 27 and 64, contexts 8, 12, 16, 33 (odd) and 64, 1, 2 and 4 layers, widths 80 (not a power of
+two) and 256 (the top), head sizes 4 (16 heads at d64, 64 at d256) to 20.
 """
 
 from __future__ import annotations
@@ -13,6 +17,14 @@ from typing import ClassVar
 
 from eemicrogpt_core.testing import BackendConformance
 
+SHAPE_MATRIX = (  # (d_model, n_heads, n_layers, vocab, context)
+    (64, 16, 1, 2, 8),
+    (80, 4, 4, 27, 16),
+    (64, 4, 2, 256, 64),
+    (128, 8, 1, 64, 33),
+    (256, 64, 1, 27, 16),
+)
+
 
 class TestSme2F32Conformance(BackendConformance):
     backend_name = "sme2_f32"
@@ -20,6 +32,7 @@ class TestSme2F32Conformance(BackendConformance):
     grad_rel_rms_tol = 1e-5
     trajectory_steps = 40
     trajectory_windows = 2
+    shape_matrix = SHAPE_MATRIX
 
 
 class TestSme2F32EightHeads(BackendConformance):
@@ -30,6 +43,7 @@ class TestSme2F32EightHeads(BackendConformance):
     grad_rel_rms_tol = 1e-5
     trajectory_steps = 10
     trajectory_windows = 1
+    shape_matrix = ()  # TestSme2F32Conformance runs it
     skip: ClassVar[dict[str, list[str]]] = {
         "input validation does not depend on the head count (covered by TestSme2F32Conformance)": [
             "test_rejects_bad_input"

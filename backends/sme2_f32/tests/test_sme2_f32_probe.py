@@ -6,8 +6,10 @@ monkeypatch; the lane also runs this file under QEMU_CPU=max,sme=off, where they
 
 from __future__ import annotations
 
+import importlib
 import platform
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 from eemicrogpt_backend_sme2 import plugin, probe, spec
@@ -21,7 +23,7 @@ X86_REASON = "sme2_f32: requires an aarch64 CPU with FEAT_SME2; this machine is 
 
 
 def _probe_result():
-    (found,) = plugin.eemicrogpt_backends()
+    (found,) = plugin.sme2_f32.eemicrogpt_backends()
     return found.probe()
 
 
@@ -65,7 +67,7 @@ def test_missing_sme2_is_unavailable(cpu: FakeCpu) -> None:
 
 def test_missing_library_is_unavailable(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setattr(probe, "unavailable_reason", lambda name, f16f16: None)  # CPU fine, library absent
-    built = spec.sme2_spec("sme2_f32", "test", tmp_path, plugin.LIBRARY_STEM, f16f16=False, score=60)
+    built = spec.sme2_spec("sme2_f32", "test", tmp_path, plugin.sme2_f32.backend.stem, f16f16=False, score=60)
     result = built.probe()
     assert not result.available
     assert "was not built" in result.reason and str(tmp_path) in result.reason
@@ -99,7 +101,7 @@ def test_real_probe_on_this_machine() -> None:
         assert entry.status_reason == want
         return
     has_sme2 = probe.reports(probe.SME2)
-    built = native.find_library(plugin.PACKAGE_DIR, plugin.LIBRARY_STEM) is not None
+    built = native.find_library(plugin.PACKAGE_DIR, plugin.sme2_f32.backend.stem) is not None
     assert entry.available == (has_sme2 and built), entry.status_reason
     if not has_sme2:
         assert "FEAT_SME2, not reported" in entry.status_reason
@@ -112,7 +114,7 @@ def test_real_probe_on_this_machine() -> None:
 @pytest.mark.skipif(not ON_ARM, reason="the native library exists only on aarch64")
 def test_library_refuses_a_cpu_without_sme2() -> None:
     """Second line of defence: emg_create itself checks AT_HWCAP2 (in a TU built without SME flags)."""
-    path = native.find_library(plugin.PACKAGE_DIR, plugin.LIBRARY_STEM)
+    path = native.find_library(plugin.PACKAGE_DIR, plugin.sme2_f32.backend.stem)
     assert path is not None, "the lane must have built _emg_sme2.so"
     shape = ModelShape(64, 4)
     if probe.reports(probe.SME2):
@@ -122,46 +124,61 @@ def test_library_refuses_a_cpu_without_sme2() -> None:
     else:
         with pytest.raises(native.NativeBackendError) as info:
             native.NativeSession(str(path), shape, 4)
-        assert info.value.status == 2  # EMG_ERR_UNSUPPORTED, not a SIGILL
+        assert info.value.status == native.STATUS["EMG_ERR_UNSUPPORTED"]  # not a SIGILL
 
 
-def _fake_library(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Stand-ins for the built library and its emg_supports (d_model 64 and 128), so this runs on any host."""
-    monkeypatch.setattr(spec, "find_library", lambda directory, stem: Path(directory) / f"{stem}.so")
-    monkeypatch.setattr(native, "supports", lambda path, shape: shape.d_model in (64, 128))
-    monkeypatch.setattr(spec, "library_load_error", lambda path: None)  # the pretend library "loads"
+def _envelope(shape: ModelShape) -> bool:
+    """supports() in sme2_common/sme2_step.c (test_sme2_f32_abi.py checks the library against it)."""
+    return 64 <= shape.d_model <= 256 and shape.d_model % 16 == 0
+
+
+def _fake_library(monkeypatch: pytest.MonkeyPatch, *specs: ModuleType) -> None:
+    """Stand-ins for the built library and its emg_supports (the envelope), so this runs on any host; `specs`
+    are the spec modules to fake (default: this package's)."""
+    for module in specs or (spec,):
+        monkeypatch.setattr(module, "find_library", lambda directory, stem: Path(directory) / f"{stem}.so")
+        monkeypatch.setattr(module, "library_load_error", lambda path: None)  # the pretend library "loads"
+    monkeypatch.setattr(native, "supports", lambda path, shape: _envelope(shape))
 
 
 @pytest.mark.parametrize(
-    ("d_model", "n_heads", "batch", "message"),
+    ("shape", "batch", "message"),
     [
-        (64, 4, 1, None),
-        (128, 8, 256, None),
-        (32, 4, 16, "sme2_f32 has no kernel for d_model 32 with 4 heads"),
-        (64, 4, 257, "sme2_f32 supports batch 1..256, not 257"),
+        (ModelShape(64, 4), 1, None),
+        (ModelShape(128, 8), 256, None),
+        (ModelShape(80, 20, 8, 256, 64), 16, None),
+        (ModelShape(256, 1, 2, 2, 1), 16, None),
+        (ModelShape(32, 4), 16, "sme2_f32 has no kernel for d32, 4 heads, 1 layer, vocab 27, context 16"),
+        (ModelShape(72, 4, 2), 16, "sme2_f32 has no kernel for d72, 4 heads, 2 layers, vocab 27, context 16"),
+        (ModelShape(64, 4), 257, "sme2_f32 supports batch 1..256, not 257"),
     ],
+    ids=["d64", "d128h8", "d80h20L8", "d256h1", "d32", "d72", "batch257"],
 )
 def test_spec_asks_the_library_for_shapes(
-    monkeypatch: pytest.MonkeyPatch, d_model: int, n_heads: int, batch: int, message: str | None
+    monkeypatch: pytest.MonkeyPatch, shape: ModelShape, batch: int, message: str | None
 ) -> None:
     _fake_library(monkeypatch)
-    (found,) = plugin.eemicrogpt_backends()
-    assert found.unsupported_reason(ModelShape(d_model, n_heads), batch) == message
+    (found,) = plugin.sme2_f32.eemicrogpt_backends()
+    assert found.unsupported_reason(shape, batch) == message
+    assert "64-256" in found.envelope
 
 
 def test_auto_prefers_sme2_f32_from_d64_and_fp16_only_on_request(monkeypatch: pytest.MonkeyPatch) -> None:
     """With SME2 + F16F16 reported and the libraries present, `auto` takes sme2_f32 where it can run."""
-    monkeypatch.setattr(probe, "unavailable_reason", lambda name, f16f16: None)
-    monkeypatch.setattr(probe, "streaming_vector_bits", lambda: 512)
-    _fake_library(monkeypatch)
+    # eemicrogpt-backend-sme2-f16 ships its own copy of the probe and spec modules: fake both packages'.
+    f16_spec = importlib.import_module("eemicrogpt_backend_sme2_f16.spec")
+    for module in (probe, f16_spec.probe):
+        monkeypatch.setattr(module, "unavailable_reason", lambda name, f16f16: None)
+        monkeypatch.setattr(module, "streaming_vector_bits", lambda: 512)
+    _fake_library(monkeypatch, spec, f16_spec)
     monkeypatch.setenv(DISABLE_ENV, "x86")  # the host's AVX backends would outrank everything here
     registry = load_registry()
     assert registry.get("sme2_f32").available and registry.get("sme2_f16").available
     assert registry.get("sme2_f32").score > (registry.get("neon").score if registry.get("neon") else 0)
-    for d_model, n_heads in ((64, 4), (128, 4), (128, 8)):
-        assert registry.select("auto", ModelShape(d_model, n_heads), 16).name == "sme2_f32"
-    for d_model in (16, 32):
-        assert registry.select("auto", ModelShape(d_model, 4), 16).name not in ("sme2_f32", "sme2_f16", "sme2_f16w")
+    for shape in (ModelShape(64, 4), ModelShape(128, 4), ModelShape(128, 8), ModelShape(96, 6, 4, 64, 32)):
+        assert registry.select("auto", shape, 16).name == "sme2_f32"
+    for shape in (ModelShape(16, 4), ModelShape(32, 4), ModelShape(48, 4, 2, 64, 32)):
+        assert registry.select("auto", shape, 16).name not in ("sme2_f32", "sme2_f16", "sme2_f16w")
     # fp16 only on request: the best fp16 backend (sme2_f16w: fp32 accumulation, base SME) for precision fp16
     assert registry.select("auto", ModelShape(64, 4), 16, precision="fp16").name == "sme2_f16w"
 

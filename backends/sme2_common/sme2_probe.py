@@ -3,8 +3,8 @@
 Linux: getauxval(AT_HWCAP2) bits HWCAP2_SME2 and HWCAP2_SME_F16F16, and prctl(PR_SME_GET_VL) for the
 streaming vector length. macOS: sysctlbyname hw.optional.arm.FEAT_SME2 / FEAT_SME_F16F16 /
 sme_max_svl_b. The FMOPA kernels are vector-length agnostic, so the length is reported, not required.
-Shared by sme2_f32 and sme2_f16 (which depends on this distribution). The readers are module-level
-functions so tests can replace them.
+Copied by setup.py into each SME2 distribution's package as `probe.py` (see sme2_spec.py). The readers are
+module-level functions so tests can replace them.
 """
 
 from __future__ import annotations
