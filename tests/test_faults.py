@@ -1,4 +1,4 @@
-"""Faults and bad files end in one clear line (exit 2) and lose nothing (issue 9, part 2).
+"""Faults and bad files end in one clear line (exit 2) and lose nothing.
 
 Each class is hit through the CLI as a user would hit it, with unit tests beside where the CLI cannot reach
 (thread races, the memory estimate, fsync of the directory).

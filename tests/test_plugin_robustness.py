@@ -1,4 +1,4 @@
-"""Plugins cannot take the CLI down or take over another's name or the benchmark's peak (issue 9).
+"""Plugins cannot take the CLI down or take over another's name or the benchmark's peak.
 
 Hung or crashing probes and hooks, specs of the wrong types, duplicate backend names (in-process and from
 two installed distributions, whatever the hook order), the peak GFLOP/s, and one failing backend in bench.

@@ -1,7 +1,7 @@
 """500 d64 training steps of sme2_f16 and of sme2_f16w against sme2_f32 on the same batches: the losses must
 agree.
 
-The issue's bound is 0.03 on the 500-step loss; it is applied to the mean loss of the last 100 steps
+The bound is 0.03 on the 500-step loss; it is applied to the mean loss of the last 100 steps
 (single-batch losses are noisy) and to the mean over all 500. Batch 4 keeps the emulated run affordable
 (QEMU emulates fp16 FMOPA in software); the time it took is printed. Needs both backends (the aarch64
 lane under QEMU_CPU=max,sme512=on) and runs once, at 512-bit streaming vectors: at other lengths the
