@@ -29,7 +29,7 @@ class _Threads(BackendConformance):
 
     @pytest.fixture(autouse=True)
     def _pin_threads(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        monkeypatch.setattr(eemicrogpt_core.threads, "physical_cores", lambda *_: self.threads)
+        monkeypatch.setattr(eemicrogpt_core.threads, "physical_core_count", lambda *_: self.threads)
 
     def test_kit_sessions_run_on_the_pinned_threads(self) -> None:
         with self.open(self.d_models[0]) as session:
