@@ -193,7 +193,8 @@ def test_aggregate_splits_each_step_by_phase_and_kind_and_renders_the_table():
     steps = {((), LIB, 0x11000): 10, ((), LIB, 0x11004): 20, ((), LIB, 0x1100C): 30, ((), LIB, 0x11010): 40,
              (from_forward, LIB, 0x12004): 500, (from_forward, LIB, 0x12008): 5, (from_forward, LIB, 0x13000): 7,
              (from_no_role, LIB, 0x13000): 1, (from_forward, LIBC, 0x10): 3}
-    cell = insn_count.aggregate("sme2_f32", 64, steps, LIB, decoded, chains, {"gemm_body"})
+    shape = insn_count.Shape(64, 27, 16, 1)
+    cell = insn_count.aggregate("sme2_f32", shape, steps, LIB, decoded, chains, {"gemm_body"})
     assert cell.total == 616 and cell.glue == 111
     assert cell.phases == {"forward": 535, "backward": 30, "Adam": 40, "other": 11}
     assert cell.streaming == {"forward": 505}
@@ -202,17 +203,18 @@ def test_aggregate_splits_each_step_by_phase_and_kind_and_renders_the_table():
     assert cell.functions["gemm_body [forward]"] == 505
     assert cell.functions["libc:memcpy [forward]"] == 3
     assert cell.nested == 0
-    nested = insn_count.aggregate("sme2_f32", 64, {(from_forward, LIB, 0x1100C): 2}, LIB, decoded, chains, set())
+    nested = insn_count.aggregate("sme2_f32", shape, {(from_forward, LIB, 0x1100C): 2}, LIB, decoded, chains, set())
     assert nested.phases == {"forward": 2} and nested.nested == 2  # backward's code called from forward
     table = insn_count.markdown_table([cell]).splitlines()
-    assert table[0] == ("| backend | d | total | glue | streaming kernels | forward | backward | weight operands | "
-                        "Adam | other | SME/SVE | Neon/FP | ld/st | scalar |")
-    assert table[2] == "| sme2_f32 | 64 | 616 | 111 | 505 | 535 (505) | 30 | - | 40 | 11 | 500 | 68 | 33 | 15 |"
+    assert table[0] == ("| backend | d | V | C | L | total | glue | streaming kernels | forward | backward | weight "
+                        "operands | Adam | other | SME/SVE | Neon/FP | ld/st | scalar |")
+    assert table[2] == ("| sme2_f32 | 64 | 27 | 16 | 1 | 616 | 111 | 505 | 535 (505) | 30 | - | 40 | 11 | 500 | 68 "
+                        "| 33 | 15 |")
 
 
 def test_check_rejects_phases_that_do_not_add_up():
-    cell = insn_count.Cell("neon", 128, phases=Counter({"forward": 5}), kinds=Counter({"scalar": 6}),
-                           functions=Counter({"f": 6}))
+    cell = insn_count.Cell("neon", insn_count.Shape(128, 27, 16, 1), phases=Counter({"forward": 5}),
+                           kinds=Counter({"scalar": 6}), functions=Counter({"f": 6}))
     with pytest.raises(insn_count.CountError, match="phases sum to 5"):
         cell.check()
 
