@@ -42,8 +42,8 @@ lane_backends() {
 
 # Every name in A64_LANE_ONLY must be a lane backend (a typo would silently test nothing).
 check_lane_only() {
-  local name
-  for name in ${A64_LANE_ONLY//,/ }; do
+  local name only=${A64_LANE_ONLY:-}
+  for name in ${only//,/ }; do
     [[ -f "$REPO/backends/$name/a64lane.conf" ]] || die "A64_LANE_ONLY: backends/$name has no a64lane.conf"
   done
 }
