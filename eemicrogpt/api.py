@@ -21,6 +21,7 @@ from eemicrogpt_core.progress import RichReporter
 from eemicrogpt_core.registry import load_registry
 from eemicrogpt_core.rundir import RunDir
 from eemicrogpt_core.sampling import generate
+from eemicrogpt_core.target import TargetOutcome
 from eemicrogpt_core.trainer import NullReporter, prepare_data
 from eemicrogpt_core.trainer import train as train_loop
 from eemicrogpt_core.vocab import Vocabulary
@@ -40,6 +41,7 @@ class Run:
     metrics: list[dict[str, Any]] = field(default_factory=list)  # one record per log step
     losses: np.ndarray | None = None  # per-step train losses of the training call (None for a loaded run)
     backend: str = ""
+    target: TargetOutcome | None = None  # with a target_loss: reached, steps_to_target, seconds_to_target
 
     @property
     def train_loss(self) -> float | None:
@@ -104,12 +106,14 @@ def train(config: str | Path | None = None, *, data: str | Path | None = None, b
     finally:
         run_dir.release()
     return Run(result.state.params, result.shape, result.vocab, cfg, result.run_dir, int(result.state.step),
-               result.total_steps, list(result.records), result.losses, result.backend)
+               result.total_steps, list(result.records), result.losses, result.backend, result.target)
 
 
 def load(run_dir: str | Path) -> Run:
     """The run in a directory `eemicrogpt train` (or train() above) wrote: its last checkpoint and metrics."""
     run = RunDir.existing(run_dir)
     ckpt = load_checkpoint(run.checkpoint_path)
+    target_loss = ckpt.config.target_loss
+    target = TargetOutcome.of(target_loss, ckpt.target_reached) if target_loss is not None else None
     return Run(ckpt.state.params, ckpt.shape, ckpt.vocab, ckpt.config, run.path, int(ckpt.state.step),
-               ckpt.total_steps, run.read_metrics(), None, ckpt.backend)
+               ckpt.total_steps, run.read_metrics(), None, ckpt.backend, target)

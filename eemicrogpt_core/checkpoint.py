@@ -3,8 +3,10 @@
 Arrays: params, adam_m, adam_v in the shared parameter layout, kept in the session's float dtype (float32,
 or float64 for float64 runs) so that a resume is bit-exact. `meta` holds JSON: the step, the
 total steps the LR schedule spans, the batch sampler's generator state, the resolved config, the recent
-train losses (so the rolling mean continues too), the sha256 of the names file, the software versions and
-(format 3) the vocabulary's symbols; the model's shape is the saved config's with that vocabulary.
+train losses (so the rolling mean continues too), the sha256 of the names file, the software versions,
+(format 3) the vocabulary's symbols, and the run's training seconds so far and where it reached its
+target_loss (target.py; files written before these fields read as 0 seconds and no target reached). The
+model's shape is the saved config's with that vocabulary.
 
 Formats 1 and 2 predate symbol tables and per-layer shapes: they load as the makemore names' vocabulary
 (a-z, case folded as those versions did), one layer and context 15 (their 16-token rows held at most 15
@@ -37,6 +39,7 @@ from .config import MAX_STEPS, TrainConfig, build_config
 from .data import sampler_state_problem
 from .errors import CheckpointError, ConfigError, DataError
 from .model import ModelShape
+from .target import TargetReached
 from .vocab import Vocabulary
 
 FORMAT = "eemicrogpt-checkpoint"
@@ -60,10 +63,18 @@ class Checkpoint:
     backend: str = ""
     data_sha256: str = ""  # of the names file's bytes; "" in version 1 files
     versions: dict[str, str] = field(default_factory=dict)  # software that wrote it (informational)
+    train_seconds: float = 0.0  # inside the backend's train_steps calls, over every invocation up to this step
+    target_reached: TargetReached | None = None
 
     @property
     def shape(self) -> ModelShape:
         return self.config.model_shape(self.vocab.size)
+
+    @property
+    def finished(self) -> bool:
+        """All its steps ran, or it stopped here because it reached its target (an extension trains on)."""
+        reached = self.target_reached
+        return self.state.step >= self.total_steps or (reached is not None and self.state.step == reached.stop)
 
 
 def software_versions(backend_version: str = "") -> dict[str, str]:
@@ -91,7 +102,11 @@ def save_checkpoint(path: Path, ckpt: Checkpoint) -> None:
         "data_sha256": ckpt.data_sha256,
         "versions": ckpt.versions,
         "symbols": list(ckpt.vocab.symbols),
+        "train_seconds": float(ckpt.train_seconds),
     }
+    if ckpt.target_reached is not None:
+        r = ckpt.target_reached
+        meta["target_reached"] = {"step": r.step, "seconds": float(r.seconds), "stop": r.stop}
     buf = io.BytesIO()
     arrays: dict[str, Any] = {name: _float_array(getattr(ckpt.state, name)) for name in _ARRAYS}
     np.savez(buf, meta=np.array(json.dumps(meta, allow_nan=False)), **arrays)
@@ -182,6 +197,25 @@ def _checked(meta: dict[str, Any]) -> tuple[int, int, dict[str, Any], list[float
     return step, total, sampler_state, [float(x) for x in recent]
 
 
+def _seconds_field(value: Any, key: str) -> float:
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not (math.isfinite(value) and value >= 0):
+        raise CheckpointError(f"{key} must be a finite number of seconds >= 0, got {value!r}")
+    return float(value)
+
+
+def _target_field(meta: dict[str, Any], step: int) -> TargetReached | None:
+    """Where the run reached its target (None: not yet, or no target); the steps must lie within the run's."""
+    value = meta.get("target_reached")
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise CheckpointError(f"target_reached must be a mapping, got {type(value).__name__}")
+    reached, stop = _int_field(value, "step"), _int_field(value, "stop")
+    if not 1 <= reached <= stop <= step:
+        raise CheckpointError(f"target_reached: steps {reached} and {stop} must satisfy 1 <= step <= stop <= {step}")
+    return TargetReached(reached, _seconds_field(value.get("seconds"), "target_reached.seconds"), stop)
+
+
 def _vocab_field(meta: dict[str, Any]) -> Vocabulary:
     symbols = meta.get("symbols")
     if not isinstance(symbols, list) or not all(isinstance(ch, str) for ch in symbols):
@@ -235,7 +269,8 @@ def _read(path: Path) -> Checkpoint:
         raise CheckpointError("adam_v holds negative values (it is a mean of squares); the file was altered")
     state = TrainState(arrays["params"], arrays["adam_m"], arrays["adam_v"], step)
     return Checkpoint(state, total, sampler_state, config, vocab, recent, meta.get("backend", ""),
-                      meta.get("data_sha256", ""), dict(meta.get("versions", {})))
+                      meta.get("data_sha256", ""), dict(meta.get("versions", {})),
+                      _seconds_field(meta.get("train_seconds", 0.0), "train_seconds"), _target_field(meta, step))
 
 
 def load_checkpoint(path: Path) -> Checkpoint:

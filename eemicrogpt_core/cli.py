@@ -124,6 +124,8 @@ def _summary(result: TrainResult, cfg: TrainConfig, console: Console) -> None:
         f"(mean of last 100), val loss {val}; {result.us_per_step:.1f} us/step, {result.steps_per_s:,.0f} steps/s",
         highlight=False,
     )
+    if result.target is not None:
+        console.print(f"target: {result.target.describe()}", highlight=False)
     c = result.contention
     if c is not None and c.contended:
         loads = ", ".join(f"{x:.1f}" for x in (c.load_start, c.load_end) if x is not None)
@@ -189,9 +191,12 @@ def _resume_setup(
         console.print(f"extending to {extend_to:,} steps (from {ckpt.total_steps:,}): the learning rate decays "
                       f"linearly to 0 over all {extend_to:,}, so step {int(ckpt.state.step) + 1:,} continues at "
                       f"{ckpt.config.lr * (1 - ckpt.state.step / extend_to):.3g}", highlight=False)
-    elif ckpt.state.step >= ckpt.total_steps:
-        console.print(f"{run.path} already finished ({ckpt.total_steps:,} steps); nothing to resume (pass "
-                      "--steps N to train on to N steps)")
+    elif ckpt.finished:
+        reached = ckpt.target_reached
+        how = (f"stopped at step {int(ckpt.state.step):,} on reaching target_loss {ckpt.config.target_loss:g}"
+               if reached is not None and ckpt.state.step == reached.stop else f"{ckpt.total_steps:,} steps")
+        console.print(f"{run.path} already finished ({how}); nothing to resume (pass --steps N to train on to N "
+                      "steps)", highlight=False)
         return None
     chosen = registry.select(cfg.backend, ckpt.shape, cfg.batch, cfg.dtype, cfg.precision).name
     prepared = prepare_data(cfg, ckpt.vocab)

@@ -113,6 +113,11 @@ class TrainConfig:
     time_budget: float | None = _key(  # seconds; when set, the steps that fit replace `steps`
         None, "seconds of training (measured by a short warm-up first); the steps that fit replace --steps",
         minimum=0.0, open_minimum=True, maximum=MAX_TIME_BUDGET)
+    # trainer.TargetTracker says exactly which step and which seconds count.
+    target_loss: float | None = _key(
+        None, "stop once the train loss (mean of the last 100 steps, as printed) is <= this; the run records "
+        "the steps and training seconds it took (--steps or --time-budget still caps the run)",
+        minimum=0.0, open_minimum=True, null_means="no target")
     lr: float = _key(0.002, "initial learning rate", minimum=0.0)
     seed: int = _key(42, "seed of init, split and batches", minimum=0, maximum=MAX_SEED)
     backend: str = _key("auto", "backend name or 'auto' (precedence: this flag > $EEMICROGPT_BACKEND > config > "

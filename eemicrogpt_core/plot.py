@@ -6,6 +6,8 @@
                          <name>_loss_vs_lr: val loss against learning rate, one line per d_model
                          <name>_heatmap: mean val loss over the two grid keys (when the grid has exactly two)
                          <name>_curves: loss curves of the best runs
+                         <name>_time_to_target: training seconds to the target loss per run (runs with a
+                         target_loss), fastest first; runs that did not reach it marked as such
     a bench --json file  <name>_speed: us/step per backend and size; <name>_batch_scaling: us/sample per batch
 
 Figures are built as matplotlib Figure objects (no pyplot state, no display needed) and saved as PNG or SVG.
@@ -15,7 +17,6 @@ matplotlib is an optional extra: pip install 'eemicrogpt[plot]'.
 from __future__ import annotations
 
 import json
-import math
 from collections import defaultdict
 from collections.abc import Iterable
 from pathlib import Path
@@ -26,11 +27,12 @@ import yaml
 from .errors import ConfigError, EemicrogptError
 from .rundir import CONFIG_NAME, METRICS_NAME, RunDir
 from .sweep.driver import RUNS_DIR, SPEC_NAME
-from .sweep.results import JSONL_NAME, read_results
+from .sweep.results import JSONL_NAME, finite, has_target, reached, read_results
 from .sweep.runner import DONE
 
 FORMATS = ("png", "svg")
-BEST_CURVES = 6  # loss curves drawn for a sweep: its best runs by val loss
+BEST_CURVES = 6  # loss curves drawn for a sweep: its best runs (by time to target, else by val loss)
+ROW_INCHES = 0.22  # height of one run's row in the time-to-target chart
 DPI = 110
 VAL_LOSS = "validation loss (nats per character)"
 
@@ -60,10 +62,6 @@ def _label(ax: Any, xlabel: str, ylabel: str, title: str) -> None:
     ax.set_title(title)
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize="small")
-
-
-def _finite(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 # ---- runs -------------------------------------------------------------------------------------------------
@@ -145,8 +143,8 @@ def loss_curves(runs: dict[str, list[dict[str, Any]]], title: str = "Loss curves
 
 
 def _done(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [r for r in rows if r.get("status") == DONE and _finite(r.get("val_loss")) and _finite(r.get("train_s"))
-            and _finite(r.get("lr")) and isinstance(r.get("d_model"), int)]
+    return [r for r in rows if r.get("status") == DONE and finite(r.get("val_loss")) and finite(r.get("train_s"))
+            and finite(r.get("lr")) and isinstance(r.get("d_model"), int)]
 
 
 def _by_size(rows: list[dict[str, Any]]) -> dict[int, list[dict[str, Any]]]:
@@ -234,6 +232,36 @@ def heatmap(rows: list[dict[str, Any]], keys: tuple[str, str], name: str) -> Any
     return fig
 
 
+def target_rows(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The finished runs with a target: those that reached it, fastest first, and those that did not."""
+    done = [r for r in rows if r.get("status") == DONE and finite(r.get("target_loss"))]
+    hits = sorted((r for r in done if reached(r)), key=lambda r: float(r["seconds_to_target"]))
+    return hits, [r for r in done if not reached(r)]
+
+
+def time_to_target(rows: list[dict[str, Any]], name: str) -> Any:
+    """One bar per run that reached its target (training seconds to it, coloured by d_model), fastest at the
+    top; below them an x at zero for each run that finished without reaching it."""
+    hits, missed = target_rows(rows)
+    ordered = [*hits, *missed]
+    fig = _figure(9, 1.6 + ROW_INCHES * max(len(ordered), 4))
+    ax = fig.subplots()
+    sizes = sorted({r.get("d_model") for r in ordered}, key=str)
+    colours = {d: f"C{i % 10}" for i, d in enumerate(sizes)}
+    for d in sizes:
+        ys = [i for i, r in enumerate(hits) if r.get("d_model") == d]
+        ax.barh(ys, [float(hits[i]["seconds_to_target"]) for i in ys], color=colours[d], label=f"d_model {d}")
+    if missed:
+        ax.scatter([0.0] * len(missed), range(len(hits), len(ordered)), marker="x", color="black",
+                   label="not reached")
+    ax.set_yticks(range(len(ordered)), [str(r["run_id"]) for r in ordered], fontsize="x-small")
+    ax.invert_yaxis()
+    targets = ", ".join(sorted({f"{float(r['target_loss']):g}" for r in ordered}))
+    _label(ax, "training seconds to the target (backend time, excluding evaluation and checkpoints)", "run",
+           f"{name}: time to train loss <= {targets} ({len(hits)} of {len(ordered)} finished runs reached it)")
+    return fig
+
+
 def grid_keys(sweep_dir: Path) -> list[str]:
     """The grid's axes; a linked entry ({d_model: 16, steps: 43302}, ...) is labelled by its first key."""
     spec = yaml.safe_load((sweep_dir / SPEC_NAME).read_text(encoding="utf-8")) or {}
@@ -250,6 +278,8 @@ def sweep_figures(sweep_dir: Path) -> dict[str, Any]:
     keys = grid_keys(sweep_dir) if (sweep_dir / SPEC_NAME).is_file() else []
     if len(keys) == 2:
         figures[f"{name}_heatmap"] = heatmap(rows, (keys[0], keys[1]), name)
+    if has_target(rows) and any(target_rows(rows)):
+        figures[f"{name}_time_to_target"] = time_to_target(rows, name)
     best = {}
     for r in _done(rows)[:BEST_CURVES]:
         records = [m for m in RunDir(sweep_dir / RUNS_DIR / r["run_id"]).read_metrics() if curve_problem(m) is None]

@@ -3,7 +3,8 @@
 Steps run in chunks of up to config.chunk_steps per backend call, so Python overhead is paid once per chunk
 (fewer steps on slow backends: about CHUNK_SECONDS each); chunks end on log boundaries so validation and
 checkpoints land on exact steps. The loss sequence does not depend on the chunking, which is what makes
-`--resume` exact.
+`--resume` exact. With a target_loss the run also ends (logged and saved) after the chunk in which the
+train loss first reached it (target.py says which step and which seconds count).
 """
 
 from __future__ import annotations
@@ -29,9 +30,9 @@ from .optim import lr_schedule
 from .registry import BackendEntry, BackendRegistry, open_session
 from .rundir import RunDir
 from .session_checks import CheckedSession, nonfinite_part
+from .target import ROLLING, TargetOutcome, TargetReached, first_reached, seconds_within
 from .vocab import Vocabulary
 
-ROLLING = 100  # train loss is reported as the mean of the last 100 steps
 WARMUP_STREAM = 3  # batch stream for the time-budget warm-up, so it never shifts the training batches
 CHUNK_SECONDS = 0.25  # slow backends get shorter chunks, so progress and Ctrl-C stay responsive
 
@@ -121,6 +122,7 @@ class TrainResult:
     records: list[dict[str, Any]] = field(default_factory=list)
     stop_signal: int | None = None  # the signal that stopped the run, if one did
     contention: Contention | None = None  # time-budget runs: how busy the machine was
+    target: TargetOutcome | None = None  # runs with a target_loss: whether and when the train loss reached it
 
     @property
     def steps_run(self) -> int:
@@ -209,6 +211,10 @@ class _Run:
         self.sampler = BatchSampler(data.train, cfg.batch, cfg.seed)
         self.val_batches = [] if data.val is None else fixed_batches(data.val, cfg.batch, cfg.eval_batches)
         self.recent: deque[float] = deque(maxlen=ROLLING)
+        # Training seconds of the earlier invocations, and where the target was reached (if it was).
+        self.seconds_before = resume.train_seconds if resume is not None else 0.0
+        self.reached: TargetReached | None = resume.target_reached if resume is not None else None
+        self.at_target = False  # this invocation reached the target: it stops after that chunk
         if resume is not None:
             session.set_state(resume.state)
             self.sampler.set_state(resume.sampler_state)
@@ -257,6 +263,11 @@ class _Run:
                 raise
             raise self._locate_divergence(step + n, e) from None
         elapsed = time.perf_counter() - t0
+        if cfg.target_loss is not None and self.reached is None:
+            k = first_reached(self.recent, losses, cfg.target_loss)
+            if k is not None:
+                seconds = seconds_within(self.seconds_before + self.seconds, elapsed, k + 1, n)
+                self.reached, self.at_target = TargetReached(step + k + 1, seconds, step + n), True
         self.seconds += elapsed
         self.chunk_limit = max(1, min(cfg.chunk_steps, int(CHUNK_SECONDS * n / max(elapsed, 1e-9))))
         self.step += n
@@ -301,7 +312,11 @@ class _Run:
         return self._diverged(f"between steps {self.step + 1} and {chunk_end} the backend reported: {error}")
 
     def at_log_step(self) -> bool:
-        return self.step % self.cfg.log_every == 0 or self.step == self.total
+        return self.step % self.cfg.log_every == 0 or self.step == self.total or self.at_target
+
+    @property
+    def target(self) -> TargetOutcome | None:
+        return TargetOutcome.of(self.cfg.target_loss, self.reached) if self.cfg.target_loss is not None else None
 
     def log(self) -> dict[str, Any]:
         """Validation loss and a metrics record; the checkpoint is saved with it."""
@@ -326,6 +341,9 @@ class _Run:
             "elapsed_s": round(self.elapsed_before + time.perf_counter() - self.started, 4),
             "us_per_step": round(1e6 * self.seconds / done, 3),
         }
+        target = self.target
+        if target is not None and (self.at_target or self.step == self.total):  # the run's last record
+            record.update(target.as_record())
         self.records.append(record)
         if self.run_dir is not None:
             try:
@@ -344,7 +362,8 @@ class _Run:
             raise self._diverged(f"the {nonfinite_part(state)} became non-finite by step {self.step}")
         ckpt = Checkpoint(state, self.total, self.sampler.get_state(), self.cfg, self.vocab, list(self.recent),
                           self.entry.name, self.data_sha256,
-                          software_versions(f"{self.entry.distribution} {self.entry.version}"))
+                          software_versions(f"{self.entry.distribution} {self.entry.version}"),
+                          self.seconds_before + self.seconds, self.reached)
         try:
             save_checkpoint(self.run_dir.checkpoint_path, ckpt)
         except OSError as e:
@@ -377,6 +396,7 @@ class _Run:
             records=self.records,
             stop_signal=stop_signal,
             contention=self.contention(),
+            target=self.target,
         )
 
 
@@ -432,15 +452,21 @@ def train(
 
         try:
             with deferred_stop(note) as stop:
-                while run.step < run.total and not stop.requested:
+                while run.step < run.total and not stop.requested and not run.at_target:
                     in_chunk = True
                     run.chunk()
                     in_chunk = False
                     if run.at_log_step():  # before the progress callback, so an interrupt there keeps the log
                         reporter.log(run.log())
+                    if run.at_target and run.target is not None:
+                        reporter.message(f"{run.target.describe()} (mean of the last {ROLLING} steps); stopped "
+                                         f"at step {run.step:,}, the end of that chunk")
                     reporter.progress(run.step, run.total, run.train_loss)
                 signum = stop.signum
-                if stop.requested and run.step < run.total:
+                if run.step >= run.total and run.target is not None and not run.target.reached:
+                    reporter.message(f"{run.target.describe()} in {run.total:,} steps (final train loss "
+                                     f"{run.train_loss:.4f}, mean of the last {ROLLING} steps)")
+                if stop.requested and run.step < run.total and not run.at_target:
                     interrupted = True
                     reporter.message(f"stopped at step {run.step}/{run.total}; {run.checkpoint()}")
         except BackendOutputError as e:

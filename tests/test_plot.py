@@ -233,3 +233,41 @@ def test_a_malformed_bench_json_is_one_line(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["plot", str(path), "--out", str(tmp_path / "plots")])
     assert result.exit_code == 2 and "not a `eemicrogpt bench --json` file" in result.output
     assert len(result.output.strip().splitlines()) == 1
+
+
+# (run id, d_model, status, reached, seconds_to_target): a target sweep's results, out of order.
+TARGET_RUNS = [
+    ("slow", 32, "done", True, 2.5), ("fast", 16, "done", True, 0.75), ("never", 16, "done", False, None),
+    ("gone", 32, "unavailable", None, None), ("mid", 32, "done", True, 1.25),
+]
+
+
+def test_time_to_target_draws_each_finished_run(tmp_path: Path) -> None:
+    out = tmp_path / "ttt"
+    out.mkdir()
+    (out / "spec.yaml").write_text(yaml.safe_dump({"name": "ttt", "grid": {"d_model": [16, 32]}}))
+    store = ResultStore(out, ["d_model"])
+    for rid, d, status, reached, seconds in TARGET_RUNS:
+        record = {"run_id": rid, "d_model": d, "lr": 0.01, "status": status, "target_loss": 2.0}
+        if status == "done":
+            record.update(val_loss=2.1, train_loss=2.0, train_s=3.0, steps=100, us_per_step=10.0, reached=reached,
+                          steps_to_target=50 if reached else None, seconds_to_target=seconds)
+        store.add(record)
+    figures = build_figures([out])
+    ax = figures["ttt_time_to_target"].axes[0]
+    # Fastest first (the y axis is inverted: row 0 on top), then the run that did not reach it.
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["fast", "mid", "slow", "never"]
+    bars = sorted((p.get_y() + p.get_height() / 2, p.get_width()) for p in ax.patches)
+    assert bars == [(0.0, 0.75), (1.0, 1.25), (2.0, 2.5)]
+    missed = {c.get_label(): c.get_offsets().tolist() for c in ax.collections}["not reached"]
+    assert missed == [[0.0, 3.0]]
+    assert {t.get_text() for t in ax.get_legend().get_texts()} == {"d_model 16", "d_model 32", "not reached"}
+    assert "train loss <= 2" in ax.get_title() and "3 of 4 finished runs" in ax.get_title()
+    assert "seconds" in ax.get_xlabel()
+    written = CliRunner().invoke(app, ["plot", str(out), "--out", str(tmp_path / "plots")])
+    assert written.exit_code == 0, written.output
+    assert (tmp_path / "plots" / "ttt_time_to_target.png").stat().st_size > 0
+
+
+def test_no_time_to_target_chart_without_a_target(sweep_dir: Path) -> None:
+    assert not any(name.endswith("_time_to_target") for name in build_figures([sweep_dir]))

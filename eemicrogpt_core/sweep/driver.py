@@ -32,7 +32,7 @@ from ..registry import BackendRegistry
 from ..rundir import CHECKPOINT_NAME, LOCK_NAME, lock_directory
 from .progress import SweepProgress
 from .results import CSV_NAME, ResultStore
-from .runner import DONE, FAILED, INTERRUPTED
+from .runner import DONE, FAILED, INTERRUPTED, UNAVAILABLE, base_record, unavailable_reason
 from .spec import Run, SweepSpec, expand
 
 SPEC_NAME = "spec.yaml"
@@ -57,8 +57,8 @@ class Executor(Protocol):
 @dataclass
 class SweepOutcome:
     sweep_dir: Path
-    rows: list[dict[str, Any]]  # this spec's runs, latest record each, sorted by val loss
-    skipped: int
+    rows: list[dict[str, Any]]  # this spec's runs, latest record each, sorted as results.sort_key does
+    skipped: int  # finished before this invocation (unavailable runs are in rows, with their reason)
     interrupted: bool
 
     @property
@@ -83,14 +83,35 @@ def prepare_runs(spec: SweepSpec, backend: str | None, data: str | None) -> list
     return resolved
 
 
-def check_backends(runs: list[Run], registry: BackendRegistry) -> None:
-    """Every run's backend can run its shape here (raises the registry's one-line error otherwise)."""
-    seen = set()
-    for cfg in (r.config for r in runs):
+def check_backends(runs: list[Run], registry: BackendRegistry) -> dict[str, str]:
+    """The runs `auto` finds no backend for here (say a bf16 cell on a CPU without bf16 kernels), by run id
+    with the reason: the sweep skips them. A named backend that cannot run its shape raises the registry's
+    one-line error, and so does a sweep of which no run can run here."""
+    reasons: dict[tuple[Any, ...], str | None] = {}
+    unavailable = {}
+    for run in runs:
+        cfg = run.config
         key = (cfg.backend, cfg.d_model, cfg.n_heads, cfg.batch, cfg.dtype, cfg.precision)
-        if key not in seen:
-            seen.add(key)
-            registry.select(cfg.backend, cfg.model_shape(NAMES_VOCAB), cfg.batch, cfg.dtype, cfg.precision)
+        if key not in reasons:
+            reasons[key] = unavailable_reason(cfg, registry)
+            if reasons[key] is None:
+                registry.select(cfg.backend, cfg.model_shape(NAMES_VOCAB), cfg.batch, cfg.dtype, cfg.precision)
+        reason = reasons[key]
+        if reason is not None:
+            unavailable[run.run_id] = reason
+    if runs and len(unavailable) == len(runs):
+        raise ConfigError(f"no run of this sweep can run here: {next(iter(unavailable.values()))}")
+    return unavailable
+
+
+def skipped_note(runs: list[Run], unavailable: dict[str, str]) -> list[str]:
+    """One line per precision of the runs skipped as unavailable: how many, and the first one's reason."""
+    by_precision: dict[str, list[Run]] = {}
+    for run in runs:
+        if run.run_id in unavailable:
+            by_precision.setdefault(run.config.precision or "fp32", []).append(run)
+    return [f"skipped {len(group)} run{'s' * (len(group) != 1)} of precision {precision}, unavailable here "
+            f"(e.g. {group[0].run_id}: {unavailable[group[0].run_id]})" for precision, group in by_precision.items()]
 
 
 def open_sweep_dir(sweep_dir: Path, spec: SweepSpec) -> None:
@@ -157,25 +178,32 @@ def make_task(run: Run, sweep_dir: Path) -> dict[str, Any]:
 
 
 def run_sweep(spec: SweepSpec, runs: list[Run], sweep_dir: Path, executor: Executor,
-              progress: SweepProgress) -> SweepOutcome:
-    """Run every unfinished run; Ctrl-C stops them at a chunk boundary with a checkpoint each."""
+              progress: SweepProgress, unavailable: dict[str, str] | None = None) -> SweepOutcome:
+    """Run every unfinished run but the unavailable ones (recorded with their reason, see check_backends);
+    Ctrl-C stops them at a chunk boundary with a checkpoint each."""
     lock = claim_sweep_dir(sweep_dir, spec)
     try:
-        return _run_claimed(spec, runs, sweep_dir, executor, progress)
+        return _run_claimed(spec, runs, sweep_dir, executor, progress, unavailable or {})
     finally:
         if lock is not None:
             os.close(lock)
 
 
 def _run_claimed(spec: SweepSpec, runs: list[Run], sweep_dir: Path, executor: Executor,
-                 progress: SweepProgress) -> SweepOutcome:
+                 progress: SweepProgress, unavailable: dict[str, str]) -> SweepOutcome:
     store = ResultStore(sweep_dir, spec.varied_keys)
     done = {r.run_id for r in runs if recorded_done(store, sweep_dir, r.run_id)}
-    todo = [r for r in runs if r.run_id not in done]
-    skipped = len(runs) - len(todo)
+    todo = [r for r in runs if r.run_id not in done and r.run_id not in unavailable]
+    skipped = len(runs) - len(todo) - len(unavailable.keys() - done)
     pending = deque(make_task(r, sweep_dir) for r in todo)
     progress.begin(len(runs), skipped, executor.describe(), [store.latest[r.run_id] for r in runs
-                                                             if r.run_id in done])
+                                                             if r.run_id in done], len(runs) - skipped - len(todo))
+    for run in runs:
+        if run.run_id in unavailable and run.run_id not in done:
+            store.add({**base_record(run.run_id, run.config.to_dict(), run.varied), "status": UNAVAILABLE,
+                       "error": unavailable[run.run_id]})
+    for line in skipped_note([r for r in runs if r.run_id not in done], unavailable):
+        progress.note(line)
     interrupted = False
     executor.start()
     try:

@@ -83,10 +83,16 @@ class LocalExecutor:
     name = "local"
 
     def __init__(self, workers: int | None = None, placement: Placement | None = None,
-                 runs: int | None = None) -> None:
+                 runs: int | None = None, threads: int = 1) -> None:
+        """threads: the most threads any run asks for; each worker gets that many physical cores."""
         cores = physical_cores() if placement is None else []
-        workers, self.note = worker_count(workers, runs, len(cores)) if placement is None else (workers, "")
-        self.placement = placement or place_workers(workers, cores)
+        per_worker = max(1, min(threads, len(cores)))
+        slots = max(1, len(cores) // per_worker)
+        workers, self.note = worker_count(workers, runs, slots) if placement is None else (workers, "")
+        if threads > per_worker and placement is None:
+            more = f"runs ask for up to {threads} threads, more than the {len(cores)} physical cores here"
+            self.note = f"{self.note}; {more}" if self.note else more
+        self.placement = placement or place_workers(workers, cores, per_worker)
         self.events: queue.Queue[tuple[_Worker, dict[str, Any] | None]] = queue.Queue()
         self.workers: list[_Worker] = []  # the current worker of each place
         self.respawns = [0] * len(self.placement.cpus)

@@ -1,5 +1,6 @@
 """The sweep directory's record of outcomes: results.jsonl (append-only, the last record of a run wins) and
-results.csv (rewritten from it, sorted by val loss), plus the table the CLI prints."""
+results.csv (rewritten from it, sorted by val loss, or by time to target when the runs have a target_loss),
+plus the time-to-target summary the CLI prints."""
 
 from __future__ import annotations
 
@@ -8,24 +9,64 @@ import io
 import json
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from ..atomic import atomic_write_text
 from ..errors import StorageError, describe_os_error
-from .runner import DONE
+from .runner import DONE, UNAVAILABLE
 
 JSONL_NAME = "results.jsonl"
 CSV_NAME = "results.csv"
 METRIC_COLUMNS = ("status", "train_loss", "val_loss", "steps", "total_steps", "us_per_step", "train_s", "wall_s",
                   "backend", "contended", "slowdown", "load_start", "load_end", "error")
+TARGET_COLUMNS = ("target_loss", "reached", "steps_to_target", "seconds_to_target")  # when a run has a target
+
+
+def finite(value: object) -> TypeGuard[float]:
+    """A finite number (bools, which are ints to Python, are not numbers in a record)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def reached(record: dict[str, Any]) -> bool:
+    """A finished run that reached its target_loss, with the training seconds it took."""
+    return record.get("status") == DONE and record.get("reached") is True and finite(record.get("seconds_to_target"))
 
 
 def sort_key(record: dict[str, Any]) -> tuple[int, float]:
-    """Finished runs by val loss first; then the rest (interrupted, failed) in a stable order."""
+    """Runs that reached their target first, fastest first; then finished runs by val loss; then the rest
+    (interrupted, failed, unavailable) in a stable order. Without targets: by val loss, as before."""
+    if reached(record):
+        return (0, float(record["seconds_to_target"]))
     val = record.get("val_loss")
-    if record.get("status") == DONE and isinstance(val, (int, float)) and math.isfinite(val):
-        return (0, float(val))
-    return (1, 0.0)
+    if record.get("status") == DONE and finite(val):
+        return (1, float(val))
+    return (2, 0.0)
+
+
+def has_target(rows: list[dict[str, Any]]) -> bool:
+    return any(finite(r.get("target_loss")) for r in rows)
+
+
+def target_summary(rows: list[dict[str, Any]]) -> list[str]:
+    """Per target_loss of the runs: the fastest run to reach it and how many reached it, did not, or could not
+    run here."""
+    lines = []
+    for target in sorted({float(r["target_loss"]) for r in rows if finite(r.get("target_loss"))}):
+        group = [r for r in rows if finite(r.get("target_loss")) and float(r["target_loss"]) == target]
+        hits = sorted((r for r in group if reached(r)), key=sort_key)
+        missed = sum(r.get("status") == DONE and not reached(r) for r in group)
+        unavailable = sum(r.get("status") == UNAVAILABLE for r in group)
+        other = len(group) - len(hits) - missed - unavailable
+        counts = f"{len(hits)} of {len(group)} runs reached it, {missed} finished without reaching it"
+        counts += f", {unavailable} unavailable here" if unavailable else ""
+        counts += f", {other} failed or interrupted" if other else ""
+        if hits:
+            best = hits[0]
+            lines.append(f"fastest to train loss <= {target:g}: {best['run_id']} in {best['seconds_to_target']:.3f} "
+                         f"s of training ({best['steps_to_target']:,} steps; {counts})")
+        else:
+            lines.append(f"no run reached train loss <= {target:g} ({counts})")
+    return lines
 
 
 class ResultStore:
@@ -71,9 +112,12 @@ class ResultStore:
 
     def write_csv(self) -> None:
         buf = io.StringIO()
-        writer = csv.DictWriter(buf, ["run_id", *self.varied_keys, *METRIC_COLUMNS], extrasaction="ignore")
+        rows = self.rows()
+        target = [c for c in TARGET_COLUMNS if c not in self.varied_keys] if has_target(rows) else []
+        columns = [*METRIC_COLUMNS[:1], *target, *METRIC_COLUMNS[1:]]
+        writer = csv.DictWriter(buf, ["run_id", *self.varied_keys, *columns], extrasaction="ignore")
         writer.writeheader()
-        for record in self.rows():
+        for record in rows:
             writer.writerow(record)
         atomic_write_text(self.csv_path, buf.getvalue())
 

@@ -18,20 +18,41 @@ from typing import Any
 from ..checkpoint import load_checkpoint
 from ..config import TrainConfig, build_config
 from ..data import Dataset, encode, read_names, split
-from ..errors import EemicrogptError
+from ..errors import BackendSelectionError, EemicrogptError
+from ..model import NAMES_VOCAB
 from ..registry import BackendRegistry
 from ..rundir import RunDir
+from ..target import TargetOutcome
 from ..trainer import PreparedData, prepare_data, train
 from ..vocab import Vocabulary
 
 DONE, FAILED, INTERRUPTED = "done", "failed", "interrupted"
+UNAVAILABLE = "unavailable"  # no backend here runs the run's precision or shape: skipped, not failed
 # Copied from each run's config into its record whether varied or not: the plots group and place runs by them.
-SUMMARY_KEYS = ("d_model", "n_heads", "batch", "lr", "seed", "time_budget")
+SUMMARY_KEYS = ("d_model", "n_heads", "batch", "lr", "seed", "time_budget", "threads", "precision", "target_loss")
 
 
 def one_line(error: BaseException) -> str:
     text = str(error) if isinstance(error, EemicrogptError) else f"{type(error).__name__}: {error}"
     return " ".join(text.split())
+
+
+def base_record(run_id: str, config: dict[str, Any], varied: dict[str, Any]) -> dict[str, Any]:
+    """What every record of a run starts with: its id, the summary keys of its config and its varied values."""
+    return {"run_id": run_id, **{key: config.get(key) for key in SUMMARY_KEYS}, **varied}
+
+
+def unavailable_reason(cfg: TrainConfig, registry: BackendRegistry) -> str | None:
+    """Why `auto` finds no backend here for this run (a precision no installed backend computes in, such as
+    bf16 on a CPU without bf16 kernels, or a shape none runs); None when it finds one, or when the run names
+    its backend (whether that one runs is for registry.select to say, as `train` does)."""
+    if cfg.backend not in ("", "auto"):
+        return None
+    try:  # the names vocabulary stands in until the data is read, as for `train`
+        registry.select(cfg.backend, cfg.model_shape(NAMES_VOCAB), cfg.batch, cfg.dtype, cfg.precision)
+    except BackendSelectionError as e:
+        return one_line(e)
+    return None
 
 
 @functools.lru_cache(maxsize=4)
@@ -63,8 +84,11 @@ def _finished_record(run: RunDir) -> dict[str, Any]:
     """The record of a run that a previous invocation finished (results.jsonl may have missed it)."""
     ckpt = load_checkpoint(run.checkpoint_path)
     last = run.read_metrics()[-1] if run.read_metrics() else {}
+    target_loss = ckpt.config.target_loss
+    target = TargetOutcome.of(target_loss, ckpt.target_reached).as_record() if target_loss is not None else {}
     return {
-        "status": DONE if ckpt.state.step >= ckpt.total_steps else INTERRUPTED,
+        **target,
+        "status": DONE if ckpt.finished else INTERRUPTED,
         "steps": int(ckpt.state.step),
         "total_steps": int(ckpt.total_steps),
         "train_loss": last.get("train_loss"),
@@ -78,15 +102,18 @@ def run_one(task: dict[str, Any], registry: BackendRegistry) -> dict[str, Any]:
     """Train task['config'] (a config dict) in task['run_dir']; returns the results record (never raises
     except KeyboardInterrupt from outside the trainer's own Ctrl-C handling)."""
     started = time.perf_counter()
-    summary = {key: task["config"].get(key) for key in SUMMARY_KEYS}
-    record: dict[str, Any] = {"run_id": task["run_id"], **summary, **task["varied"]}
+    record = base_record(task["run_id"], task["config"], task["varied"])
     try:
         cfg: TrainConfig = build_config([(f"run {task['run_id']}", task["config"])])
+        reason = unavailable_reason(cfg, registry)  # the local driver skips these; a Ray node may lack one too
+        if reason is not None:
+            record.update(status=UNAVAILABLE, error=reason)
+            return _finish(record, started)
         run = RunDir(Path(task["run_dir"]))
         resume = None
         if run.checkpoint_path.is_file():
             resume = load_checkpoint(run.checkpoint_path)
-            if resume.state.step >= resume.total_steps:
+            if resume.finished:
                 record.update(_finished_record(run), resumed_from=int(resume.state.step))
                 return _finish(record, started)
             cfg = dataclasses.replace(resume.config, backend=cfg.backend, data=cfg.data, out=str(run.path))
@@ -114,6 +141,8 @@ def run_one(task: dict[str, Any], registry: BackendRegistry) -> dict[str, Any]:
         )
         if result.contention is not None:
             record.update(result.contention.as_record())
+        if result.target is not None:
+            record.update(result.target.as_record())
     except EemicrogptError as e:
         record.update(status=FAILED, error=one_line(e))
     except Exception as e:  # a bug or a backend fault in one run must not take the sweep down
