@@ -44,14 +44,15 @@ run_train() { # run_train OUTDIR ARGS...: the CLI must exit 0 and print sampled 
 }
 
 run_pass() { # run_pass ID DIR CPU OPTS: one emulated CPU of one backend; non-zero if any step failed
-  local id=$1 dir=$2 cpu=$3 opts=$4 name require="" unavailable="" tests=yes train="" rc=0 line
-  local -a train_args
+  local id=$1 dir=$2 cpu=$3 opts=$4 name require="" unavailable="" tests=yes select="" train="" rc=0 line
+  local -a train_args select_args=()
   name=$(basename "$dir")
   for opt in $opts; do
     case "$opt" in
       require=*) require=${opt#require=} ;;
       unavailable=*) unavailable=${opt#unavailable=} ;;
       tests=yes | tests=no) tests=${opt#tests=} ;;
+      select=*) select=${opt#select=} ;;
       train=yes | train=no) train=${opt#train=} ;;
       *) echo "   FAILED: $dir/a64lane.conf: unknown option '$opt' on 'cpu $cpu'"; return 1 ;;
     esac
@@ -63,8 +64,9 @@ run_pass() { # run_pass ID DIR CPU OPTS: one emulated CPU of one backend; non-ze
   if [[ "$cpu" == *sve=off* ]]; then export OPENBLAS_CORETYPE=NEOVERSEN1; else unset OPENBLAS_CORETYPE; fi
   timed "$name/$cpu/registry" "${PY[@]}" "$A64_TOOLS/check_backends.py" --require "$require" \
     --unavailable "$unavailable" || rc=1
+  [[ -n "$select" ]] && select_args=(-k "${select//,/ or }")
   if [[ "$tests" == yes ]]; then
-    timed "$name/$cpu/pytest" "${PY[@]}" -m pytest -q -p no:cacheprovider -rs "$dir/tests" || rc=1
+    timed "$name/$cpu/pytest" "${PY[@]}" -m pytest -q -p no:cacheprovider -rs "${select_args[@]}" "$dir/tests" || rc=1
   fi
   if [[ "$train" == yes ]]; then
     while read -r line; do
