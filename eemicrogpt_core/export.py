@@ -3,7 +3,7 @@
 safetensors: every tensor under its layout name (tok_emb, pos_emb, layers.0.Wq, ..., Wlm), float32, row-major
 W[out][in]; the metadata holds "eemicrogpt.shape" and "eemicrogpt.config" (JSON) and "eemicrogpt.symbols"
 (a JSON list: token i is symbols[i], the boundary is the last token, len(symbols)). torch: torch.save of
-{"state_dict", "shape", "symbols"} for eemicrogpt_core.torch_model.MicroGPT.
+{"state_dict", "shape", "symbols"}; eemicrogpt_core.torch_model.load_export rebuilds the module from it.
 
 Files are created new (O_EXCL): an existing file is never replaced.
 """
@@ -45,12 +45,12 @@ def safetensors_bytes(params: np.ndarray, shape: ModelShape, symbols: tuple[str,
 
 
 def torch_bytes(params: np.ndarray, shape: ModelShape, symbols: tuple[str, ...]) -> bytes:
-    from .torch_model import import_torch
+    from .torch_model import EXPORT_KEYS, import_torch
 
     torch = import_torch()
     state = {name: torch.from_numpy(t.copy()) for name, t in tensors_by_name(params, shape).items()}
     buf = io.BytesIO()
-    torch.save({"state_dict": state, "shape": dataclasses.asdict(shape), "symbols": list(symbols)}, buf)
+    torch.save(dict(zip(EXPORT_KEYS, (state, dataclasses.asdict(shape), list(symbols)), strict=True)), buf)
     return buf.getvalue()
 
 

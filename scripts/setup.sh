@@ -34,10 +34,13 @@ PIP=(.venv/bin/python -m pip install --disable-pip-version-check)
 step "pip, setuptools, wheel" "${PIP[@]}" --upgrade pip setuptools wheel
 # The plot and ray extras too: the tests exercise `eemicrogpt plot` and a real Ray cluster.
 step "eemicrogpt (core, editable, with test tools, plot and ray extras)" "${PIP[@]}" -e ".[test,plot,ray]"
-# One pip call: some backends depend on others (sme2_f16 on sme2_f32), so pip must see them together.
-backends=()
+# PyTorch for the export tests (Run.to_torch, --format torch). Pinned: 2.13.0 is the CPU build that lies on
+# this kind of machine's disk (pip's find-links); any other version, or an unpinned install, would download
+# a CUDA build of several GB from the index.
+step "torch 2.13.0 (CPU build, for the export tests)" "${PIP[@]}" torch==2.13.0
+# Each backend on its own: every one builds from its own directory (none depends on another), and a
+# failure names the backend and keeps its own log.
 for backend in backends/*/; do
-  [ -f "$backend/pyproject.toml" ] && backends+=("./$backend")
+  if [ -f "$backend/pyproject.toml" ]; then step "backend $(basename "$backend")" "${PIP[@]}" "./$backend"; fi
 done
-step "backends: $(basename -a "${backends[@]}" | tr '\n' ' ')" "${PIP[@]}" "${backends[@]}"
 .venv/bin/eemicrogpt backends

@@ -5,16 +5,29 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 import numpy as np
 import pytest
+from extras import import_extra
+from typer.testing import CliRunner
 
 import eemicrogpt
-from eemicrogpt_core.model import ModelShape
+from eemicrogpt_core.cli import app
+from eemicrogpt_core.errors import CheckpointError
+from eemicrogpt_core.model import ModelShape, init_params
 from eemicrogpt_core.sampling import forward_logits, generate
 from eemicrogpt_core.vocab import Vocabulary
 
-safetensors_numpy = pytest.importorskip("safetensors.numpy", reason="the test extra installs safetensors")
+safetensors_numpy = import_extra("safetensors.numpy", "pip install -e '.[test]'")
+
+# float32 torch against our float64 forward pass: measured at most 1.1e-6 over these shapes and the trained
+# run (float32 rounding, about eps * |logit| * depth, for logits of magnitude <= 3.5); 1e-5 leaves ~10x.
+LOGIT_TOL = 1e-5
+# Random initialisations (init_params, the trainer's start) at the shapes the export must cover: one and
+# several layers, the names vocabulary and a wider one, short and long contexts.
+SHAPES = [ModelShape(16, 4, 1, 27, 16), ModelShape(32, 4, 2, 64, 32), ModelShape(24, 3, 3, 40, 7)]
 
 
 @pytest.fixture(scope="module")
@@ -25,6 +38,11 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> eemicrogpt.Run:
     data.write_text("Anna\nJosé\nmary ann\nZoë\nbob\nO'Neil\n" * 4, encoding="utf-8")
     return eemicrogpt.train(d_model=16, n_layers=2, context=12, steps=30, log_every=30, data=data,
                             backend="numpy_ref", out=str(work / "run"), progress=False)
+
+
+@pytest.fixture(scope="module")
+def torch() -> ModuleType:
+    return import_extra("torch", "pip install torch==2.13.0 (scripts/setup.sh does)")
 
 
 def _from_file(path: Path) -> tuple[np.ndarray, ModelShape, Vocabulary, dict[str, str]]:
@@ -60,11 +78,96 @@ def test_export_never_replaces_a_file(run: eemicrogpt.Run, tmp_path: Path) -> No
     assert target.read_text() == "mine"
 
 
-def test_torch_module_matches(run: eemicrogpt.Run) -> None:
-    torch = pytest.importorskip("torch", reason="PyTorch is an optional extra, not installed here")
-    module = run.to_torch()
-    tokens = np.array([[run.vocab.boundary, *run.vocab.encode("Anna")]])
+def _vocab(shape: ModelShape) -> Vocabulary:
+    """shape.vocab - 1 distinct printable symbols in code-point order (the boundary is the last token)."""
+    return Vocabulary(tuple(chr(ord("A") + i) for i in range(shape.vocab - 1)))
+
+
+def _torch_logits(torch: ModuleType, module: Any, tokens: np.ndarray) -> np.ndarray:
     with torch.no_grad():
-        got = module(torch.from_numpy(tokens)).numpy()
+        return np.asarray(module(torch.from_numpy(tokens.astype(np.int64))).numpy(), dtype=np.float64)
+
+
+def _torch_greedy(torch: ModuleType, module: Any, vocab: Vocabulary, context: int) -> str:
+    """The most likely name under the torch module, token by token, as generate(temperature=0) decodes."""
+    seq = [vocab.boundary]
+    while len(seq) <= context:
+        nxt = int(_torch_logits(torch, module, np.array([seq]))[0, -1].argmax())
+        if nxt == vocab.boundary:
+            break
+        seq.append(nxt)
+    return vocab.decode(seq[1:])
+
+
+def _assert_greedy_matches(torch: ModuleType, module: Any, params: np.ndarray, shape: ModelShape,
+                           vocab: Vocabulary) -> None:
+    ours = generate(params, shape, vocab, 1, temperature=0)[0]
+    # The comparison means something only where the choice is clear: at every step of our greedy name the
+    # top two logits differ by more than twice the float32 error allowed (else a tie could flip either way).
+    tokens = np.array([[vocab.boundary, *vocab.encode(ours)]])[:, : shape.context]
+    top2 = np.sort(forward_logits(params, shape, tokens)[0], axis=1)[:, -2:]
+    assert np.min(top2[:, 1] - top2[:, 0]) > 2 * LOGIT_TOL
+    assert len(ours) >= 3  # a name, not an immediate boundary
+    assert _torch_greedy(torch, module, vocab, shape.context) == ours
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"d{s.d_model}h{s.n_heads}L{s.n_layers}V{s.vocab}C{s.context}")
+def test_torch_module_matches_at_shapes(torch: ModuleType, shape: ModelShape) -> None:
+    params = init_params(shape, seed=1)
+    module = eemicrogpt.Run(params, shape, _vocab(shape), None, None, 0, 0).to_torch()  # type: ignore[arg-type]
+    tokens = np.random.default_rng(0).integers(0, shape.vocab, size=(3, shape.context))
+    tokens[:, 0] = shape.boundary
+    got = _torch_logits(torch, module, tokens)
+    assert got.shape == (3, shape.context, shape.vocab)
+    assert np.max(np.abs(got - forward_logits(params, shape, tokens))) <= LOGIT_TOL
+    prefix = tokens[:, : max(1, shape.context // 2)]  # a shorter sequence sees the same causal prefix
+    assert np.max(np.abs(_torch_logits(torch, module, prefix) - got[:, : prefix.shape[1]])) <= LOGIT_TOL
+    _assert_greedy_matches(torch, module, params, shape, _vocab(shape))
+
+
+def test_torch_module_of_a_trained_run(torch: ModuleType, run: eemicrogpt.Run) -> None:
+    module = run.to_torch()
+    tokens = np.array([[run.vocab.boundary, *run.vocab.encode(name)] for name in ("José", "Zoë ")])
     want = forward_logits(run.params, run.shape, tokens)
-    assert np.max(np.abs(got - want)) <= 1e-5
+    assert np.max(np.abs(_torch_logits(torch, module, tokens) - want)) <= LOGIT_TOL
+    _assert_greedy_matches(torch, module, run.params, run.shape, run.vocab)
+    with pytest.raises(ValueError, match=r"sequence length must be 1\.\.12"):
+        module(torch.zeros((1, run.shape.context + 1), dtype=torch.int64))
+
+
+def test_torch_export_loads_into_the_module(torch: ModuleType, run: eemicrogpt.Run, tmp_path: Path) -> None:
+    from eemicrogpt_core.torch_model import load_export
+
+    path = run.export(tmp_path / "m.pt", format="torch")
+    module, vocab = load_export(path)
+    assert vocab == run.vocab and module.shape == run.shape
+    state = module.state_dict()
+    assert sorted(state) == sorted(run.shape.tensor_names)  # the layout names
+    flat = np.concatenate([state[name].numpy().reshape(-1) for name in run.shape.tensor_names])
+    assert np.array_equal(flat, run.params)
+    _assert_greedy_matches(torch, module, run.params, run.shape, vocab)
+
+
+def test_cli_exports_torch(torch: ModuleType, run: eemicrogpt.Run, tmp_path: Path) -> None:
+    from eemicrogpt_core.torch_model import load_export
+
+    out = tmp_path / "cli.pt"
+    result = CliRunner().invoke(app, ["export", str(run.run_dir), "--out", str(out), "--format", "torch"])
+    assert result.exit_code == 0, result.output
+    assert f"wrote {out} (torch)" in result.output
+    module, vocab = load_export(out)
+    assert vocab == run.vocab
+    assert _torch_greedy(torch, module, vocab, run.shape.context) == run.sample(1, temperature=0)[0]
+
+
+def test_load_export_refuses_a_foreign_file(torch: ModuleType, tmp_path: Path) -> None:
+    from eemicrogpt_core.torch_model import load_export
+
+    not_torch = tmp_path / "names.pt"
+    not_torch.write_text("anna\n")
+    with pytest.raises(CheckpointError, match="is not a torch file eemicrogpt can read"):
+        load_export(not_torch)
+    other = tmp_path / "other.pt"
+    torch.save({"weights": torch.zeros(2)}, str(other))
+    with pytest.raises(CheckpointError, match="is not an eemicrogpt torch export"):
+        load_export(other)
