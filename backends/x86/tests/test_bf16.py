@@ -12,7 +12,10 @@ Measured on AMD EPYC Zen 4, batch 16, params x1.5, names (the kit's recipe), 40 
   0 move whole terms of that gradient).
 So the bf16 bound that holds for every input is not a tolerance against float64 but agreement with the
 rounding model (1e-2 RMS, 5e-2 max: 3x and 2.4x headroom). The kit's inputs (seed 0) see 3.3e-2 RMS and
-7.2e-2 max against float64, under its bounds below (7e-2, 1.5e-1); other seeds can exceed them, as above.
+7.2e-2 max against float64 at the seed's shape; its shape matrix, measured on Zen 4 hardware, up to 6.6e-2
+RMS and 2.4e-1 max (d80, 4 layers, layers.1.Wf1: deeper ReLU gates flip more often). The kit's bounds below
+(1e-1, 3.5e-1) leave 1.5x over those; other seeds can exceed them, as above, which is why the tight checks
+are the rounding-model tests in this file.
 Loss relative error <= 9.7e-5; one Adam step within 8.5e-2 x lr (m 2.0e-2, v 2.2e-2 of their maxima); the
 200-step trajectory against numpy float32 within 1.6e-2 (first 10 steps 2.9e-3): the kit's fp16 defaults
 hold with >= 2x.
@@ -48,8 +51,8 @@ class TestAvx512Bf16Conformance(BackendConformance):
     backend_name = "avx512_bf16"
     precision = "fp16"  # the kit's reduced-precision defaults; gradients get bf16's own bounds
     d_models = (16, 32, 64, 128)
-    grad_rel_rms_tol: ClassVar[float | None] = 7e-2
-    grad_rel_max_tol: ClassVar[float | None] = 1.5e-1
+    grad_rel_rms_tol: ClassVar[float | None] = 1e-1
+    grad_rel_max_tol: ClassVar[float | None] = 3.5e-1
 
 
 @pytest.fixture
