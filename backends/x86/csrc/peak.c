@@ -1,7 +1,14 @@
-/* FP32 FMA peak microbenchmark and a hook to test the vectorised exp (extras beyond the ABI). */
+/* FP32 FMA and bf16 dot-product peak microbenchmarks and a hook to test the vectorised exp (extras beyond the
+ * ABI). */
 #include <time.h>
 
 #include "expf.h"
+#ifdef EMG_BF16
+#include <immintrin.h>
+#ifdef EMG_BF16_EMULATE
+#include "bf16_emulate.h"
+#endif
+#endif
 
 #define CHAINS 16 /* independent accumulators: > FMA latency x FMA ports, so the pipes never wait */
 
@@ -32,6 +39,33 @@ __attribute__((visibility("default"))) double emg_x86_peak_gflops(double seconds
     (void)sink;
     return 2.0 * VW * CHAINS * (double)inner * (double)rounds / elapsed / 1e9;
 }
+
+#ifdef EMG_BF16
+/* Runs VDPBF16PS on CHAINS register chains for about `seconds`; returns GFLOP/s counting 2 flops per bf16
+ * multiply-add (an instruction does 32 of them: two per fp32 lane), as the FMA peak counts its lanes. The
+ * same chain structure as the FMA peak, so the two figures compare the units, not the loops. */
+__attribute__((visibility("default"))) double emg_x86_bf16_peak_gflops(double seconds) {
+    __m512 acc[CHAINS];
+    for (int i = 0; i < CHAINS; i++) acc[i] = _mm512_set1_ps(1.0f + 1e-3f * (float)i);
+    const __m512bh a = _mm512_cvtne2ps_pbh(_mm512_set1_ps(0.999f), _mm512_set1_ps(0.998f));
+    const __m512bh b = _mm512_cvtne2ps_pbh(_mm512_set1_ps(1e-7f), _mm512_set1_ps(2e-7f));
+    const long inner = 4096;
+    long rounds = 0;
+    double start = now(), elapsed;
+    do {
+        for (long r = 0; r < inner; r++)
+#pragma GCC unroll 16
+            for (int i = 0; i < CHAINS; i++) acc[i] = _mm512_dpbf16_ps(acc[i], a, b);
+        rounds++;
+        elapsed = now() - start;
+    } while (elapsed < seconds);
+    __m512 sum = _mm512_setzero_ps();
+    for (int i = 0; i < CHAINS; i++) sum = _mm512_add_ps(sum, acc[i]);
+    volatile float sink = _mm512_reduce_add_ps(sum); /* keep the chains alive */
+    (void)sink;
+    return 2.0 * 32 * CHAINS * (double)inner * (double)rounds / elapsed / 1e9;
+}
+#endif
 
 /* y[i] = exp(x[i]) through the kernels' v_exp (n a multiple of VW); lets the tests measure its error. */
 __attribute__((visibility("default"))) void emg_x86_exp(const float *x, float *y, int n) {

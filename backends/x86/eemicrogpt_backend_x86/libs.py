@@ -16,6 +16,7 @@ LIB_DIR_ENV = "EEMICROGPT_X86_LIB_DIR"
 
 _EXTRAS_CDEF = """
 double emg_x86_peak_gflops(double seconds);
+double emg_x86_bf16_peak_gflops(double seconds); /* the avx512_bf16 library only */
 void emg_x86_exp(const float *x, float *y, int n);
 int emg_x86_cpu_features(void);
 """

@@ -1,4 +1,5 @@
-"""The eemicrogpt plugin: declares `avx512`, `avx2` and `avx512_bf16`, and measures the FP32 FMA peak for benchmarks."""
+"""The eemicrogpt plugin: declares `avx512`, `avx2` and `avx512_bf16`, and measures the FP32 FMA and bf16
+dot-product peaks for benchmarks."""
 
 from __future__ import annotations
 
@@ -68,3 +69,16 @@ def eemicrogpt_fp32_peak_gflops(seconds: float) -> float | None:
             _, lib = extras(name)
             return float(lib.emg_x86_peak_gflops(float(seconds)))
     return None
+
+
+@hookimpl
+def eemicrogpt_peak_gflops(precision: str, seconds: float) -> float | None:
+    """Single-thread peak of `precision`: FP32 FMA, or VDPBF16PS for bf16 (None where the CPU lacks it)."""
+    if precision == "fp32":
+        return eemicrogpt_fp32_peak_gflops(seconds)
+    if precision != "bf16" or not probe("avx512_bf16").available:
+        return None
+    if seconds <= 0:
+        raise ValueError(f"seconds must be positive, got {seconds}")
+    _, lib = extras("avx512_bf16")
+    return float(lib.emg_x86_bf16_peak_gflops(float(seconds)))

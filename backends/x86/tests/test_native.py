@@ -8,7 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from eemicrogpt_backend_x86.libs import extras
-from eemicrogpt_backend_x86.plugin import eemicrogpt_fp32_peak_gflops
+from eemicrogpt_backend_x86.plugin import eemicrogpt_fp32_peak_gflops, eemicrogpt_peak_gflops
+from eemicrogpt_backend_x86.probe import probe
 from reference64 import clear_inputs, random_batch, rel_rms
 
 from eemicrogpt_core.abi_testing import UNSUPPORTED, raw_shape
@@ -134,3 +135,19 @@ def test_fp32_peak_hook_measures_and_rejects_bad_seconds() -> None:
     assert gflops is not None and 1.0 < gflops < 10_000.0
     with pytest.raises(ValueError, match="seconds must be positive"):
         eemicrogpt_fp32_peak_gflops(0.0)
+
+
+def test_peak_hook_per_precision() -> None:
+    """fp32 is the FMA peak; bf16 is VDPBF16PS's, measured only where the CPU has it; fp16 is not measured."""
+    assert eemicrogpt_peak_gflops("fp16", 0.05) is None
+    fp32 = eemicrogpt_peak_gflops("fp32", 0.05)
+    assert fp32 is not None and 1.0 < fp32 < 10_000.0
+    bf16 = eemicrogpt_peak_gflops("bf16", 0.05)
+    if probe("avx512_bf16").available:
+        # Two multiply-adds per fp32 lane per instruction: AVX512-BF16 cores issue VDPBF16PS at least half as
+        # often as FMA, so its rate is at least the FMA rate (Zen 4: twice; a loose factor 2 below for noise).
+        assert bf16 is not None and bf16 > 0.5 * fp32
+        with pytest.raises(ValueError, match="seconds must be positive"):
+            eemicrogpt_peak_gflops("bf16", 0.0)
+    else:
+        assert bf16 is None
