@@ -77,8 +77,7 @@ static int init(struct emg_session *s) {
     s->k = emg_x86_find_kernel(sh->d_model);
     s->logit_ld = round_up(sh->vocab, 16);
     s->att_lanes = att_lanes(sh->context);
-    s->max_rows = round_up(s->core.max_batch * sh->context, ROW_PAD)
-                  + (EMG_X86_MAX_THREADS - 1) * ROW_PAD; /* threads.h: one padded chunk per thread */
+    s->max_rows = round_up(s->core.max_batch * sh->context, ROW_PAD);
     const size_t bytes = copies_layout(s, NULL) * sizeof(float);
     s->arena = aligned_alloc(64, bytes);
     s->row_tok = malloc(sizeof(int) * (size_t)s->max_rows * 3);
@@ -87,11 +86,13 @@ static int init(struct emg_session *s) {
     copies_layout(s, s->arena);
     s->row_tgt = s->row_tok + s->max_rows;
     s->row_pos = s->row_tgt + s->max_rows;
-    return emg_x86_acts_alloc(s, &s->acts);
+    const int status = emg_x86_chunk_grads_alloc(s);
+    return status != EMG_OK ? status : emg_x86_acts_alloc(s, &s->acts);
 }
 
 static void release(struct emg_session *s) {
     emg_x86_threads_free(s);
+    emg_x86_chunk_grads_free(s);
     emg_x86_acts_free(&s->acts);
     free(s->arena);
     free(s->row_tok);

@@ -80,7 +80,7 @@ struct emg_session {
     const struct emg_kernel *k;
     int logit_ld;  /* VP = round_up(vocab, 16): logit rows, the LM head's padded output width */
     int att_lanes; /* A = att_lanes(context): the widest attention lane row */
-    int max_rows;  /* live rows of a full batch, every chunk starting on a multiple of ROW_PAD */
+    int max_rows;  /* live rows of a full batch (the chunks are packed one after another) */
 #ifndef EMG_BF16
     /* Transposed weight copies for the forward GEMMs, [in][out]: */
     float *wqkv_t; // (L, D, 3D)
@@ -106,9 +106,11 @@ struct emg_session {
     /* Row bookkeeping per packed row (max_rows): input token, target token and position. */
     int *row_tok, *row_tgt, *row_pos;
     struct emg_acts acts; /* participant 0's */
-    /* Threads (threads.h): NULL with one; each step's chunk per participant. */
+    /* Threads (threads.h): NULL with one. The chunks of the step being run, and the gradient buffers of
+     * chunks 1..emg_x86_max_chunks - 1 (chunk 0 writes the step's own): */
     struct emg_threads *threads;
-    struct emg_chunk chunks[EMG_X86_MAX_THREADS];
+    struct emg_chunk chunks[EMG_X86_MAX_CHUNKS];
+    float *chunk_grads; // (max_chunks - 1, n_params)
 };
 
 #endif /* EMG_X86_SESSION_H */

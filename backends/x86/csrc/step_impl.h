@@ -35,13 +35,18 @@
 /* For y = x W^T with W [N][K] (rows a multiple of ROW_PAD):
  * matmul_forward: out[rows][N] = epi(inp[rows][K] W^T) from the forward copy W^T (w_t) or its bf16 pairs (pk_t),
  *   starting from the residual E for EPI_ADD;
- * matmul_backward: dinp[rows][K] = dout W (masked by the ReLU output E for EPI_MASK) and dW (+)= dout^T inp
- *   over the P live rows (added when `acc`). */
+ * matmul_backward: dinp[rows][K] = dout W (masked by the ReLU output E for EPI_MASK) and, per segment of the
+ *   pass (the rows of one chunk), dW (+)= dout^T inp over its rows into that chunk's gradient at offset g_off
+ *   (added when the segment continues its chunk). */
 #define matmul_forward(rows, N, K, out, inp, w_t, pk_t, E, epi) NN(rows, N, K, inp, K, w_t, N, pk_t, out, N, E, N, epi)
-#define matmul_backward(rows, P, N, K, dinp, dW, dout, ld_dout, inp, w, pk, E, epi, acc) \
-    do {                                                                                  \
-        NN(rows, K, N, dout, ld_dout, w, K, pk, dinp, K, E, K, epi);                     \
-        TN(N, K, P, dout, ld_dout, inp, K, dW, K, acc);                                   \
+#define matmul_backward(n_rows, N, K, dinp, g_off, dout, ld_dout, inp, w, pk, E, epi)                          \
+    do {                                                                                                     \
+        NN(n_rows, K, N, dout, ld_dout, w, K, pk, dinp, K, E, K, epi);                                      \
+        for (int q_ = 0; q_ < pass->n_seg; q_++) {                                                          \
+            const struct emg_segment *sg_ = &pass->seg[q_];                                                 \
+            TN(N, K, sg_->rows, (dout) + (long)sg_->row * (ld_dout), ld_dout, (inp) + (long)sg_->row * (K), K, \
+               sg_->grads + (g_off), K, sg_->accumulate);                                                   \
+        }                                                                                                    \
     } while (0)
 
 /* Layer l's slice of a per-layer copy (fp32 transposed, or bf16 pairs) of `size` floats per layer. */
@@ -123,15 +128,16 @@ static void FN(attention_backward_seq)(int H, const float *qkv, const float *att
 }
 #undef ATTENTION_SEQ
 
-/* Forward (and backward into `grads` when it is not NULL) of one block of a chunk: the sequences
- * blk->seq0..seq1-1, whose blk->rows live rows are packed from row `data_row` of the row bookkeeping; their
- * activations are the first rows of the participant's `a`. The weight gradients are written, or added to
- * grads when `accumulate` (a later block of the chunk). Returns the block's loss sum. */
-static double FN(block_step)(struct emg_session *s, struct emg_acts *a, const struct emg_chunk *blk, int data_row,
-                             const uint8_t *lengths, float inv_p, float *grads, int accumulate) {
+/* Forward (and backward into the segments' gradients when they are not NULL) of one pass: the sequences
+ * pass->seq0..seq1-1, whose pass->rows live rows are packed from row pass->data_row of the row bookkeeping;
+ * their activations are the first rows of the participant's `a`. Every row-wise operation runs over the whole
+ * pass; the sums over rows (weight gradients, loss, embedding scatter) run per segment, as its chunk alone
+ * would, so merging the blocks of several chunks into one pass changes no bit. */
+static void FN(pass_step)(struct emg_session *s, struct emg_acts *a, const struct emg_pass *pass,
+                          const uint8_t *lengths, float inv_p) {
     const emg_layout *lay = &s->core.layout;
     const int NL = s->core.shape.n_layers, H = s->core.shape.n_heads, V = s->core.shape.vocab, VP = s->logit_ld;
-    const int P = blk->rows, Pp = round_up(P, ROW_PAD), R = a->rows;
+    const int P = pass->rows, Pp = round_up(P, ROW_PAD), R = a->rows, data_row = pass->data_row;
     const long att_layer = (long)R * H * s->att_lanes;
     const int *row_tok = s->row_tok + data_row, *row_tgt = s->row_tgt + data_row, *row_pos = s->row_pos + data_row;
     const float *params = s->core.params;
@@ -140,7 +146,7 @@ static double FN(block_step)(struct emg_session *s, struct emg_acts *a, const st
 #endif
 #define ACT(field, l, width) (a->field + (long)(l) * R * (width)) /* layer l's rows of a per-layer activation */
 #define LAYER_W(l, tensor) (params + emg_layer_offset(lay, l) + EMG_LAYER_##tensor(D))
-#define LAYER_G(l, tensor) (grads + emg_layer_offset(lay, l) + EMG_LAYER_##tensor(D))
+#define LAYER_G(l, tensor) (emg_layer_offset(lay, l) + EMG_LAYER_##tensor(D)) /* offset into a gradient */
 
     /* The embedding and its norm, chained with layer 0's first norm: rmsnorm_apply returns the mean squares
      * of what it writes. Padding rows are zero all the way through the step. */
@@ -160,7 +166,7 @@ static double FN(block_step)(struct emg_session *s, struct emg_acts *a, const st
                        NULL, EPI_NONE);
         memset(o + P * D, 0, sizeof(float) * (size_t)(Pp - P) * D);
         long att_off = 0;
-        for (int b = blk->seq0, r = 0; b < blk->seq1; b++) {
+        for (int b = pass->seq0, r = 0; b < pass->seq1; b++) {
             const int L = lengths[b] - 1;
             FN(attention_forward_seq)(H, qkv + r * 3 * D, o + r * D, att + att_off, L, a->scratch);
             r += L;
@@ -177,31 +183,35 @@ static double FN(block_step)(struct emg_session *s, struct emg_acts *a, const st
     float *logits = a->logits;
     NN_ANY(Pp, VP, D, x_last, D, s->wlm_t, VP, s->pk_lm_t, logits, VP, NULL, 0, EPI_NONE);
 
-    /* Cross-entropy; the logits rows become dloss/dlogits = (softmax - onehot) / P_total in place. */
-    const double loss = crossentropy_forward_backward(logits, VP, V, row_tgt, P, inv_p);
-    if (grads == NULL) return loss;
+    /* Cross-entropy per segment (its loss sum goes to its chunk's total); the logits rows become
+     * dloss/dlogits = (softmax - onehot) / P_total in place. */
+    for (int q = 0; q < pass->n_seg; q++) {
+        const struct emg_segment *sg = &pass->seg[q];
+        *sg->total += crossentropy_forward_backward(logits + (long)sg->row * VP, VP, V, row_tgt + sg->row, sg->rows,
+                                                    inv_p);
+    }
+    if (pass->seg[0].grads == NULL) return;
     memset(logits + P * VP, 0, sizeof(float) * (size_t)(Pp - P) * VP);
     float *dx = a->dx, *dhid = a->dhid, *dn2 = a->dn2, *dx_mid = a->dx_mid, *dout = a->dout, *dqkv = a->dqkv;
     float *dn1 = a->dn1;
 
     /* LM head: logits = x[L] Wlm^T, Wlm [V][D] */
-    matmul_backward(Pp, P, V, D, dx, grads + lay->wlm, logits, VP, x_last, params + lay->wlm, s->pk_lm, NULL,
-                    EPI_NONE, accumulate);
+    matmul_backward(Pp, V, D, dx, lay->wlm, logits, VP, x_last, params + lay->wlm, s->pk_lm, NULL, EPI_NONE);
     for (int l = NL - 1; l >= 0; l--) {
         const float *n1 = ACT(n1, l, D), *r1 = ACT(r1, l, 1), *qkv = ACT(qkv, l, 3 * D), *att = a->att + l * att_layer;
         const float *o = ACT(o, l, D), *n2 = ACT(n2, l, D), *r2 = ACT(r2, l, 1), *hid = ACT(hid, l, F);
         /* MLP: x[l + 1] = x_mid + relu(n2 Wf1^T) Wf2^T; dx holds dloss/dx[l + 1] */
-        matmul_backward(Pp, P, D, F, dhid, LAYER_G(l, WF2), dx, D, hid, LAYER_W(l, WF2),
-                        LAYER_COPY(pk_f2, l, 2 * D * D), hid, EPI_MASK, accumulate);
-        matmul_backward(Pp, P, F, D, dn2, LAYER_G(l, WF1), dhid, F, n2, LAYER_W(l, WF1),
-                        LAYER_COPY(pk_f1, l, 2 * D * D), NULL, EPI_NONE, accumulate);
+        matmul_backward(Pp, D, F, dhid, LAYER_G(l, WF2), dx, D, hid, LAYER_W(l, WF2), LAYER_COPY(pk_f2, l, 2 * D * D),
+                        hid, EPI_MASK);
+        matmul_backward(Pp, F, D, dn2, LAYER_G(l, WF1), dhid, F, n2, LAYER_W(l, WF1), LAYER_COPY(pk_f1, l, 2 * D * D),
+                        NULL, EPI_NONE);
         for (int p = 0; p < Pp; p++) rmsnorm_backward(D, dn2 + p * D, n2 + p * D, r2[p], dx + p * D, dx_mid + p * D);
         /* attention: x_mid = x[l] + attention(n1 Wqkv^T) Wo^T */
-        matmul_backward(Pp, P, D, D, dout, LAYER_G(l, WO), dx_mid, D, o, LAYER_W(l, WO), LAYER_COPY(pk_o, l, D * D / 2),
-                        NULL, EPI_NONE, accumulate);
+        matmul_backward(Pp, D, D, dout, LAYER_G(l, WO), dx_mid, D, o, LAYER_W(l, WO), LAYER_COPY(pk_o, l, D * D / 2),
+                        NULL, EPI_NONE);
         memset(dqkv + P * 3 * D, 0, sizeof(float) * (size_t)(Pp - P) * 3 * D);
         long att_off = 0;
-        for (int b = blk->seq0, r = 0; b < blk->seq1; b++) {
+        for (int b = pass->seq0, r = 0; b < pass->seq1; b++) {
             const int L = lengths[b] - 1;
             FN(attention_backward_seq)(H, qkv + r * 3 * D, att + att_off, dout + r * D, dqkv + r * 3 * D, L,
                                        a->scratch);
@@ -209,63 +219,76 @@ static double FN(block_step)(struct emg_session *s, struct emg_acts *a, const st
             att_off += (long)H * L * att_lanes(L);
         }
         /* Q, K, V projections (one GEMM each way: Wq, Wk, Wv are adjacent in the parameter layout) */
-        matmul_backward(Pp, P, 3 * D, D, dn1, LAYER_G(l, WQ), dqkv, 3 * D, n1, LAYER_W(l, WQ),
-                        LAYER_COPY(pk_qkv, l, 3 * D * D / 2), NULL, EPI_NONE, accumulate);
+        matmul_backward(Pp, 3 * D, D, dn1, LAYER_G(l, WQ), dqkv, 3 * D, n1, LAYER_W(l, WQ),
+                        LAYER_COPY(pk_qkv, l, 3 * D * D / 2), NULL, EPI_NONE);
         if (l > 0) /* dloss/dx[l], the next layer down's dloss/dx[l + 1] */
             for (int p = 0; p < Pp; p++)
                 rmsnorm_backward(D, dn1 + p * D, n1 + p * D, r1[p], dx_mid + p * D, dx + p * D);
     }
-    /* Layer 0's first norm, the embedding norm and the embedding scatter, row by row. */
-    float *g_tok = grads + lay->tok_emb, *g_pos = grads + lay->pos_emb;
-    if (!accumulate) memset(g_tok, 0, sizeof(float) * (size_t)(lay->layers - lay->tok_emb)); /* tok_emb, pos_emb */
-    for (int p = 0; p < P; p++) {
-        float dx0[D], de[D];
-        rmsnorm_backward(D, dn1 + p * D, a->n1 + p * D, a->r1[p], dx_mid + p * D, dx0);
-        rmsnorm_backward(D, dx0, x0 + p * D, a->r_emb[p], NULL, de);
-        encoder_backward(D, de, g_tok + row_tok[p] * D, g_pos + row_pos[p] * D);
+    /* Layer 0's first norm, the embedding norm and the embedding scatter, row by row into each row's chunk. */
+    for (int q = 0; q < pass->n_seg; q++) {
+        const struct emg_segment *sg = &pass->seg[q];
+        float *g_tok = sg->grads + lay->tok_emb, *g_pos = sg->grads + lay->pos_emb;
+        if (!sg->accumulate) memset(g_tok, 0, sizeof(float) * (size_t)(lay->layers - lay->tok_emb)); /* both tables */
+        for (int p = sg->row; p < sg->row + sg->rows; p++) {
+            float dx0[D], de[D];
+            rmsnorm_backward(D, dn1 + p * D, a->n1 + p * D, a->r1[p], dx_mid + p * D, dx0);
+            rmsnorm_backward(D, dx0, x0 + p * D, a->r_emb[p], NULL, de);
+            encoder_backward(D, de, g_tok + row_tok[p] * D, g_pos + row_pos[p] * D);
+        }
     }
-    return loss;
 #undef ACT
 #undef LAYER_W
 #undef LAYER_G
 }
 
-/* A chunk's sequences in blocks of at most BLOCK_ROWS live rows (one whole sequence at least), each block's
- * activations reusing the participant's rows: a big batch then works in a cache-sized region instead of
- * streaming every activation of the batch through each operation (batch 256 was ~15% slower per sample than
- * batch 64 at d64/d128). Blocks add their weight gradients to the first block's; the loss sum goes to *total. */
-static void FN(chunk_step)(struct emg_session *s, struct emg_acts *a, const struct emg_chunk *c,
-                           const uint8_t *lengths, float inv_p, double *total, float *grads) {
-    double sum = 0.0;
-    for (int b = c->seq0, done = 0; b < c->seq1;) {
-        struct emg_chunk blk = {.seq0 = b, .row0 = c->row0, .rows = lengths[b] - 1};
-        for (b++; b < c->seq1 && blk.rows + lengths[b] - 1 <= BLOCK_ROWS; b++) blk.rows += lengths[b] - 1;
-        blk.seq1 = b;
-        sum += FN(block_step)(s, a, &blk, c->row0 + done, lengths, inv_p, grads, done > 0);
-        done += blk.rows;
+/* Chunks c0..c1-1 (consecutive sequences and rows): each chunk's sequences in blocks of at most BLOCK_ROWS
+ * live rows (one whole sequence at least), as that chunk alone splits them whoever runs it, and the blocks
+ * in passes of at most BLOCK_ROWS rows: one pass may end one chunk and start the next, so a participant that
+ * runs several small chunks (one thread, batch 16) runs their GEMMs over all their rows at once. Each pass
+ * reuses the participant's activation rows: a big batch works in a cache-sized region instead of streaming
+ * every activation of the batch through each operation (batch 256 was ~15% slower per sample than batch 64
+ * at d64/d128). A chunk's later blocks add their weight gradients to its first's; loss sums go to totals. */
+static void FN(chunks_step)(struct emg_session *s, struct emg_acts *a, int c0, int c1, const uint8_t *lengths,
+                            float inv_p, double *totals, float *grads) {
+    struct emg_pass pass = {.seq0 = s->chunks[c0].seq0, .data_row = s->chunks[c0].row0};
+    for (int c = c0; c < c1; c++) {
+        const struct emg_chunk *ch = &s->chunks[c];
+        totals[c] = 0.0;
+        for (int b = ch->seq0, done = 0; b < ch->seq1;) {
+            int rows = lengths[b] - 1;
+            for (b++; b < ch->seq1 && rows + lengths[b] - 1 <= BLOCK_ROWS; b++) rows += lengths[b] - 1;
+            if (pass.n_seg > 0 && pass.rows + rows > BLOCK_ROWS) {
+                FN(pass_step)(s, a, &pass, lengths, inv_p);
+                pass = (struct emg_pass){.seq0 = pass.seq1, .data_row = pass.data_row + pass.rows};
+            }
+            pass.seg[pass.n_seg++] = (struct emg_segment){.row = pass.rows, .rows = rows, .accumulate = done > 0,
+                                                          .grads = emg_x86_chunk_grads(s, c, grads),
+                                                          .total = &totals[c]};
+            pass.rows += rows;
+            pass.seq1 = b;
+            done += rows;
+        }
     }
-    *total = sum;
+    if (pass.n_seg > 0) FN(pass_step)(s, a, &pass, lengths, inv_p);
 }
 
-/* One participant of a step: its chunk, then (once every chunk is done) its share of the fixed-order
- * gradient sum and, when training, of Adam and of the transposed copies. */
+/* One participant of a step: its consecutive chunks (emg_x86_participant_chunks), then (once every chunk is
+ * done) its share of the chunk-order gradient sum and, when training, of Adam and of the transposed copies. */
 static void FN(step_part)(void *ctx, int tid, int n) {
     struct emg_step_job *job = ctx;
     struct emg_session *s = job->s;
-    const struct emg_chunk *c = &s->chunks[tid];
-    float *grads = emg_x86_chunk_grads(s, tid, job->grads);
-    job->totals[tid] = 0.0;
-    if (c->seq1 > c->seq0)
-        FN(chunk_step)(s, emg_x86_acts(s, tid), c, job->lengths, job->inv_p, &job->totals[tid], grads);
+    int c0, c1;
+    emg_x86_participant_chunks(job->chunks, tid, n, &c0, &c1);
+    if (c1 > c0) FN(chunks_step)(s, emg_x86_acts(s, tid), c0, c1, job->lengths, job->inv_p, job->totals, job->grads);
     if (job->grads == NULL) return;
     if (emg_x86_reduce(job, tid, n) && job->train) FN(sync_part)(s, tid, n);
 }
 
 /* Pack, then run every participant's part of the step; returns the mean loss. */
 static float FN(run_step)(struct emg_step_job *job, int batch, const uint8_t *tokens) {
-    const int chunks = emg_x86_chunks(job->s, batch);
-    emg_x86_job_participants(job, chunks);
-    const int P = emg_x86_pack(job->s, batch, tokens, job->lengths, chunks);
+    emg_x86_job_participants(job, batch);
+    const int P = emg_x86_pack(job->s, batch, tokens, job->lengths, job->chunks);
     job->inv_p = 1.0f / (float)P;
     emg_pool_run(job->pool, FN(step_part), job);
     return emg_x86_loss(job);

@@ -22,7 +22,6 @@ static void threads_free(struct emg_threads *t) {
     if (t->acts)
         for (int i = 0; i < t->n - 1; i++) emg_x86_acts_free(&t->acts[i]);
     free(t->acts);
-    free(t->grads);
     free(t);
 }
 
@@ -40,9 +39,8 @@ int emg_x86_set_threads(struct emg_session *s, int n) {
     struct emg_threads *t = calloc(1, sizeof *t);
     if (t == NULL) return EMG_ERR_NOMEM;
     t->n = n;
-    t->grads = aligned_alloc(64, sizeof(float) * (size_t)(n - 1) * (size_t)s->core.layout.n_params);
     t->acts = calloc((size_t)(n - 1), sizeof *t->acts);
-    int ok = t->grads != NULL && t->acts != NULL;
+    int ok = t->acts != NULL;
     for (int i = 0; ok && i < n - 1; i++) ok = emg_x86_acts_alloc(s, &t->acts[i]) == EMG_OK;
     t->pool = ok ? emg_pool_create(n) : NULL;
     if (t->pool == NULL) {
@@ -53,22 +51,27 @@ int emg_x86_set_threads(struct emg_session *s, int n) {
     return EMG_OK;
 }
 
-int emg_x86_chunks(const struct emg_session *s, int batch) {
-    const int by_batch = batch / EMG_X86_MIN_SEQS_PER_CHUNK, n = emg_x86_threads(s);
-    return by_batch < 1 ? 1 : by_batch < n ? by_batch : n;
+int emg_x86_chunks(int batch) { return batch < 8 ? 1 : batch < 128 ? 2 : EMG_X86_MAX_CHUNKS; }
+
+int emg_x86_max_chunks(const struct emg_session *s) { return emg_x86_chunks(s->core.max_batch); }
+
+void emg_x86_participant_chunks(int chunks, int tid, int n, int *c0, int *c1) {
+    *c0 = chunks * tid / n;
+    *c1 = chunks * (tid + 1) / n;
 }
 
-void emg_x86_job_participants(struct emg_step_job *job, int chunks) {
-    job->pool = chunks > 1 ? emg_x86_pool(job->s) : NULL;
-    job->n = chunks > 1 ? emg_x86_threads(job->s) : 1;
+void emg_x86_job_participants(struct emg_step_job *job, int batch) {
+    job->chunks = emg_x86_chunks(batch);
+    const int threads = emg_x86_threads(job->s);
+    job->pool = job->chunks > 1 && threads > 1 ? emg_x86_pool(job->s) : NULL;
+    job->n = job->pool ? threads : 1;
 }
 
 int emg_x86_pack(struct emg_session *s, int batch, const uint8_t *tokens, const uint8_t *lengths, int chunks) {
-    const int n = emg_x86_threads(s);
     int P = 0;
     for (int b = 0; b < batch; b++) P += lengths[b] - 1;
     int b = 0, row = 0, done = 0;
-    for (int t = 0; t < n; t++) {
+    for (int t = 0; t < chunks; t++) {
         struct emg_chunk *c = &s->chunks[t];
         /* Twice the live rows packed once this chunk is full: it takes the next sequence while that sequence's
          * middle lies below the target, so a chunk misses its share by at most half a sequence. */
@@ -76,7 +79,7 @@ int emg_x86_pack(struct emg_session *s, int batch, const uint8_t *tokens, const 
         c->seq0 = b;
         c->row0 = row;
         c->rows = 0;
-        while (t < chunks && b < batch
+        while (b < batch
                && (t == chunks - 1 || c->rows == 0 || 2L * (done + c->rows) + lengths[b] - 1 <= target2)) {
             const uint8_t *tk = tokens + (long)b * emg_seq_len(&s->core.shape);
             for (int i = 0; i + 1 < lengths[b]; i++) {
@@ -89,14 +92,26 @@ int emg_x86_pack(struct emg_session *s, int batch, const uint8_t *tokens, const 
         }
         c->seq1 = b;
         done += c->rows;
-        row += (c->rows + ROW_PAD - 1) / ROW_PAD * ROW_PAD;
+        row += c->rows; /* consecutive: a pass may run the rows of several chunks at once */
     }
     return P;
 }
 
-float *emg_x86_chunk_grads(const struct emg_session *s, int tid, float *grads) {
-    if (tid == 0 || grads == NULL) return grads;
-    return s->threads->grads + (size_t)(tid - 1) * (size_t)s->core.layout.n_params;
+float *emg_x86_chunk_grads(const struct emg_session *s, int c, float *grads) {
+    if (c == 0 || grads == NULL) return grads;
+    return s->chunk_grads + (size_t)(c - 1) * (size_t)s->core.layout.n_params;
+}
+
+int emg_x86_chunk_grads_alloc(struct emg_session *s) {
+    const int extra = emg_x86_max_chunks(s) - 1;
+    if (extra == 0) return EMG_OK;
+    s->chunk_grads = aligned_alloc(64, sizeof(float) * (size_t)extra * (size_t)s->core.layout.n_params);
+    return s->chunk_grads ? EMG_OK : EMG_ERR_NOMEM;
+}
+
+void emg_x86_chunk_grads_free(struct emg_session *s) {
+    free(s->chunk_grads);
+    s->chunk_grads = NULL;
 }
 
 void emg_x86_share(long n_params, int tid, int n, long *lo, long *hi) {
@@ -125,9 +140,9 @@ void emg_x86_share_rows(long n_params, long off, int rows, int ld, int tile, int
 float emg_x86_loss(const struct emg_step_job *job) {
     double total = 0.0;
     int P = 0;
-    for (int t = 0; t < job->n; t++) {
-        total += job->totals[t];
-        P += job->s->chunks[t].rows;
+    for (int c = 0; c < job->chunks; c++) {
+        total += job->totals[c];
+        P += job->s->chunks[c].rows;
     }
     return (float)(total / P);
 }
@@ -139,9 +154,9 @@ int emg_x86_reduce(struct emg_step_job *job, int tid, int n) {
     long lo, hi;
     emg_x86_share(s->core.layout.n_params, tid, n, &lo, &hi);
     float *grads = job->grads;
-    for (int t = 1; t < n; t++) {
-        if (s->chunks[t].seq1 == s->chunks[t].seq0) continue; /* an empty chunk wrote nothing */
-        const float *g = emg_x86_chunk_grads(s, t, grads);
+    for (int c = 1; c < job->chunks; c++) {
+        if (s->chunks[c].seq1 == s->chunks[c].seq0) continue; /* an empty chunk wrote nothing */
+        const float *g = emg_x86_chunk_grads(s, c, grads);
         for (long i = lo; i < hi; i++) grads[i] += g[i];
     }
     if (!job->train) return 0;

@@ -56,6 +56,7 @@ def eemicrogpt_backends() -> Iterator[BackendSpec]:
             precision=VARIANTS[name].precision,
             extra={"distribution": "eemicrogpt-backend-x86", "isa": name},
             envelope=ENVELOPE,
+            thread_independent=True,  # a batch's chunks depend on its size alone (csrc/threads.h)
         )
 
 
