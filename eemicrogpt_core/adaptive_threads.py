@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from typing import Protocol
 
 REPROBE_SECONDS = 5.0  # how often the counts are measured again
 PROBE_CHUNKS = 2  # chunks timed per count and round, after one warm-up chunk at a newly set count
@@ -72,3 +73,39 @@ class ThreadChooser:
             return None
         timings = ", ".join(f"{c}: {1e6 * self.per_step[c]:,.0f} us/step" for c in sorted(self.per_step))
         return f"threads: auto picked {best} ({timings})"
+
+
+def auto_candidates(cores: int) -> list[int]:
+    """The counts threads: auto times on `cores` physical cores: 1, 2, 4, ... and the core count itself."""
+    counts, n = {max(1, cores)}, 1
+    while n < cores:
+        counts.add(n)
+        n *= 2
+    return sorted(counts)
+
+
+class _Settable(Protocol):
+    def set_threads(self, n: int) -> int: ...
+
+
+class AdaptiveThreads:
+    """threads: auto for one session: sets the chooser's count before each chunk and times the chunk."""
+
+    def __init__(self, session: _Settable, candidates: Sequence[int],
+                 clock: Callable[[], float] = time.perf_counter) -> None:
+        self.session = session
+        self.chooser = ThreadChooser(candidates, clock)
+        self.in_use: int | None = None
+
+    def before_chunk(self, steps: int, seconds_per_step: float | None) -> int:
+        """Set the next count; returns how many of `steps` to run (fewer while counts are being timed)."""
+        count = self.chooser.next_count()
+        if count != self.in_use:
+            self.in_use = self.session.set_threads(count)
+        if self.chooser.probing and seconds_per_step:
+            return max(1, min(steps, int(PROBE_CHUNK_SECONDS / seconds_per_step)))
+        return steps
+
+    def after_chunk(self, steps: int, seconds: float) -> str | None:
+        """Record the chunk just run; a one-line note when the choice changed."""
+        return self.chooser.record(steps, seconds)

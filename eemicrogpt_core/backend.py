@@ -77,7 +77,8 @@ class ThreadedSession(Protocol):
     """The optional part of BackendSession: splitting each step across threads."""
 
     def set_threads(self, n: int) -> int:
-        """Run each step on n threads; returns the count in use. The same n gives bit-identical results."""
+        """Run each step on n threads; returns the count in use. The same n gives bit-identical results (any n
+        does, for a backend that declares BackendSpec.thread_independent)."""
         ...
 
 
@@ -104,6 +105,9 @@ class BackendSpec:
     # The shapes it runs, in words for `eemicrogpt backends` (e.g. "d16-256 step 16, 1-8 layers, ..."); the
     # authority is still `supports`.
     envelope: str = ""
+    # Its sessions give bit-identical results whatever their thread count, so `threads: auto` may change the
+    # count between any two calls (the conformance kit checks it when set).
+    thread_independent: bool = False
 
     def unsupported_reason(self, shape: ModelShape, batch: int, dtype: str = "float32") -> str | None:
         """None when this backend can run the shape, otherwise a sentence saying why not."""

@@ -79,6 +79,7 @@ class Setting:
     open_maximum: bool = False  # the maximum itself is refused (floats only)
     choices: tuple[str, ...] | None = None
     null_means: str | None = None  # what null stands for, said in errors: "(or null for ...)"
+    null_word: str | None = None  # a string a config file may write for null (threads: auto)
     check: Callable[[Any], str | None] | None = None  # a rule bounds cannot say: the problem ("must ..."), or None
     flag: str | None = None  # the CLI option when not --key-with-dashes
     on_resume: bool = False  # `train --resume` may change it (the rest is the saved run's)
@@ -137,8 +138,9 @@ class TrainConfig:
     out: str | None = _key(None, "run directory (default runs/<time>-d<d_model>)")
     dtype: str = _key("float32", f"the session's arithmetic: {', '.join(DTYPES)} (each backend declares the ones it "
                       "runs; all run float32)", choices=DTYPES)
-    threads: int | None = _key(None, "threads per step (default: the physical cores available; same threads => "
-                               "same losses)", minimum=1, null_means="the physical cores", on_resume=True)
+    threads: int | None = _key(None, "threads per step (default: auto, chosen and re-chosen from measured step "
+                               "times where the backend's results do not depend on the count; else the physical "
+                               "cores)", minimum=1, null_means="auto", null_word="auto", on_resume=True)
     # The matrix products' precision (eemicrogpt_core.precision): None lets `auto` pick fp32 and a named backend
     # run in its own; "bf16"/"fp16" make `auto` pick the best such backend; a named backend must match it.
     precision: str | None = _key(None, f"matrix-product precision: {', '.join(PRECISIONS)} (default: auto picks "
@@ -190,6 +192,8 @@ _TYPE_WORDS = {int: "an integer", float: "a number", str: "a string", bool: "tru
 def _coerce(key: str, value: Any, where: str) -> Any:
     """Accept value when its type fits the key (ints count as floats; bools never count as numbers)."""
     allowed = FIELD_TYPES[key]
+    if value is not None and value == SETTINGS[key].null_word:
+        value = None
     if value is None and type(None) in allowed:
         return None
     if isinstance(value, bool):

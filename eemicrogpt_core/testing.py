@@ -597,6 +597,32 @@ class BackendConformance:
             np.testing.assert_array_equal(getattr(s1, name), getattr(s2, name), err_msg=name)
         assert s1.step == s2.step == n
 
+    def test_thread_count_changes_no_bit(self, d_model: int) -> None:
+        """A backend declaring BackendSpec.thread_independent: 1, 2 and 3 threads, and a count switched between
+        calls (what threads: auto does), train bit-identical losses, parameters and moments."""
+        entry = _entry(self.backend_name, self.extra_plugins)
+        if entry.spec is None or not entry.spec.thread_independent:
+            pytest.skip(f"{self.backend_name} does not declare thread_independent")
+        n = 6
+        tokens, lengths = make_batches(self.names(), n, self.batch, self.seed + 4)
+        lrs = lr_schedule(1, n, n, self.trajectory_lr(d_model))
+        start = TrainState.fresh(init_params(self.shape(d_model), self.seed))
+        runs = []
+        for counts in ((1,), (2,), (3,), (2, 1, 3)):
+            with self.open(d_model) as session:
+                session.set_state(start)
+                parts = []
+                for i in range(n):
+                    session.set_threads(counts[i % len(counts)])
+                    parts.append(session.train_steps(tokens[i : i + 1], lengths[i : i + 1], lrs[i : i + 1]))
+                runs.append((counts, np.concatenate(parts), session.get_state()))
+        _, want, want_state = runs[0]
+        for counts, losses, state in runs[1:]:
+            np.testing.assert_array_equal(losses, want, err_msg=f"threads {counts}")
+            for name in ("params", "adam_m", "adam_v"):
+                np.testing.assert_array_equal(getattr(state, name), getattr(want_state, name),
+                                              err_msg=f"{name}, threads {counts}")
+
     def test_loss_and_grads_leaves_state_unchanged(self, d_model: int) -> None:
         params, tokens, lengths = self.grad_inputs(d_model)
         state = _state_of(params.params, self.seed, step=7)

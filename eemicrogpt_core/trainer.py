@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from .adaptive_threads import AdaptiveThreads, auto_candidates
 from .backend import BackendSession, TrainState
 from .checkpoint import Checkpoint, save_checkpoint, software_versions
 from .config import MAX_STEPS, PRESETS, TrainConfig
@@ -237,6 +238,9 @@ class _Run:
         self.val_loss: float | None = None
         self.last_lr = float("nan")
         self.chunk_limit = min(8, cfg.chunk_steps)  # grows to cfg.chunk_steps once the step time is known
+        self.seconds_per_step: float | None = None  # of the last chunk
+        self.adaptive: AdaptiveThreads | None = None  # threads: auto (set by train)
+        self.thread_note: str | None = None  # what threads: auto decided after the last chunk
         # elapsed_s continues across resumes: it starts from the last record this run kept before now.
         earlier = run_dir.read_metrics() if run_dir is not None and resume is not None else []
         self.elapsed_before = max((float(r.get("elapsed_s", 0.0)) for r in earlier
@@ -252,6 +256,8 @@ class _Run:
         """The next chunk of steps; it ends on a log boundary so validation lands on exact steps."""
         cfg, step = self.cfg, self.step
         n = min(self.chunk_limit, self.total - step, (step // cfg.log_every + 1) * cfg.log_every - step)
+        if self.adaptive is not None:  # the count for this chunk; short chunks while counts are timed
+            n = self.adaptive.before_chunk(n, self.seconds_per_step)
         tokens, lengths = self.sampler.sample(n)
         lrs = lr_schedule(step + 1, n, self.total, cfg.lr)
         t0 = time.perf_counter()
@@ -269,6 +275,9 @@ class _Run:
                 seconds = seconds_within(self.seconds_before + self.seconds, elapsed, k + 1, n)
                 self.reached, self.at_target = TargetReached(step + k + 1, seconds, step + n), True
         self.seconds += elapsed
+        self.seconds_per_step = elapsed / n
+        if self.adaptive is not None:
+            self.thread_note = self.adaptive.after_chunk(n, elapsed)
         self.chunk_limit = max(1, min(cfg.chunk_steps, int(CHUNK_SECONDS * n / max(elapsed, 1e-9))))
         self.step += n
         self.chunks.append(losses)
@@ -435,6 +444,9 @@ def train(
     with open_session(entry, shape, cfg.batch, cfg.dtype, cfg.threads) as opened:
         session = CheckedSession(opened, shape, cfg.dtype, entry.name)  # every output checked before use
         run = _Run(cfg, entry, session, data, shape, run_dir, resume, extend_to)
+        if cfg.threads is None and entry.spec is not None and entry.spec.thread_independent and opened.threads > 1:
+            # threads: auto. Any count trains the same bits here, so the count can follow the machine's load.
+            run.adaptive = AdaptiveThreads(opened, auto_candidates(opened.threads))
         if run_dir is not None:
             try:
                 run_dir.write_config(cfg)
@@ -456,6 +468,9 @@ def train(
                     in_chunk = True
                     run.chunk()
                     in_chunk = False
+                    if run.thread_note is not None:
+                        reporter.message(run.thread_note)
+                        run.thread_note = None
                     if run.at_log_step():  # before the progress callback, so an interrupt there keeps the log
                         reporter.log(run.log())
                     if run.at_target and run.target is not None:

@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from .backend import BackendSession, TrainState
+from .backend import BackendSession, ThreadedSession, TrainState
 from .errors import BatchError
 from .model import ModelShape
 
@@ -134,6 +134,14 @@ class ValidatedSession(BackendSession):
         validate_batch(tokens, lengths, self.shape, steps=False, max_batch=self.max_batch)
         tokens, lengths = np.ascontiguousarray(tokens), np.ascontiguousarray(lengths)
         return self.inner.loss_and_grads(tokens, lengths, want_grads)
+
+    @_one_call_at_a_time
+    def set_threads(self, n: int) -> int:
+        """Threads per step from the next call on (threads: auto); the count in use. One thread without
+        ThreadedSession."""
+        if isinstance(self.inner, ThreadedSession):
+            self.threads = int(self.inner.set_threads(n))
+        return self.threads
 
     @_one_call_at_a_time
     def close(self) -> None:

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from eemicrogpt_core.adaptive_threads import PROBE_CHUNKS, REPROBE_SECONDS, ThreadChooser
+from eemicrogpt_core.adaptive_threads import (
+    PROBE_CHUNK_SECONDS,
+    PROBE_CHUNKS,
+    REPROBE_SECONDS,
+    AdaptiveThreads,
+    ThreadChooser,
+    auto_candidates,
+)
 
 
 class Clock:
@@ -82,3 +89,33 @@ def test_bad_candidates_are_refused() -> None:
         ThreadChooser([])
     with pytest.raises(ValueError):
         ThreadChooser([0, 2])
+
+
+def test_auto_candidates_are_powers_of_two_and_the_core_count() -> None:
+    assert auto_candidates(1) == [1]
+    assert auto_candidates(2) == [1, 2]
+    assert auto_candidates(6) == [1, 2, 4, 6]
+    assert auto_candidates(16) == [1, 2, 4, 8, 16]
+
+
+class _Session:
+    def __init__(self) -> None:
+        self.counts: list[int] = []
+
+    def set_threads(self, n: int) -> int:
+        self.counts.append(n)
+        return n
+
+
+def test_adaptive_threads_sets_counts_and_keeps_probe_chunks_short() -> None:
+    session, clock = _Session(), Clock()
+    adaptive = AdaptiveThreads(session, [1, 2], clock=clock)
+    per_step = {1: 480e-6, 2: 1200e-6}  # a core taken by another process: 2 threads wait for it
+    notes = []
+    for _ in range(2 * (PROBE_CHUNKS + 1)):
+        steps = adaptive.before_chunk(250, 400e-6)
+        assert steps == int(PROBE_CHUNK_SECONDS / 400e-6)  # a round is under way: short chunks
+        notes.append(adaptive.after_chunk(steps, steps * per_step[adaptive.in_use]))
+    assert [n for n in notes if n] == ["threads: auto picked 1 (1: 480 us/step, 2: 1,200 us/step)"]
+    assert session.counts == [2, 1]  # set only when the count changes
+    assert adaptive.before_chunk(250, 480e-6) == 250 and session.counts == [2, 1]

@@ -34,6 +34,11 @@ def test_config_key(tmp_path: Path) -> None:
     assert load_config(path).threads == 2
     path.write_text("threads: null\n")
     assert load_config(path).threads is None
+    path.write_text("threads: auto\n")  # the default, written out
+    assert load_config(path).threads is None
+    path.write_text("threads: automatic\n")
+    with pytest.raises(ConfigError, match=r"threads must be an integer"):
+        load_config(path)
     path.write_text("threads: 0\n")
     with pytest.raises(ConfigError, match=r"run\.yaml: threads must be >= 1"):
         load_config(path)

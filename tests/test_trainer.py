@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import signal
+import time
 from pathlib import Path
 from typing import Any
 
@@ -241,3 +242,51 @@ def test_one_or_two_names_train(registry: BackendRegistry, cfg: TrainConfig, tmp
     assert result.val_loss is not None and np.isfinite(result.val_loss)
     assert "too few" in info.data_note and "training names" in info.data_note
     assert result.losses[-5:].mean() < result.losses[:5].mean()  # it learns its few names
+
+
+class _SlowWithTwoThreads:
+    """numpy_ref behind set_threads, as a thread-independent backend on a machine where another process
+    holds one of two cores: at 2 threads every call takes an extra 2 ms per step."""
+
+    def __init__(self, inner: Any, counts: list[int]) -> None:
+        self.inner, self.counts, self.threads = inner, counts, 2
+
+    def set_threads(self, n: int) -> int:
+        self.counts.append(n)
+        self.threads = n
+        return n
+
+    def train_steps(self, tokens: np.ndarray, lengths: np.ndarray, lrs: np.ndarray) -> np.ndarray:
+        if self.threads == 2:
+            time.sleep(0.002 * len(lrs))
+        return self.inner.train_steps(tokens, lengths, lrs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def test_threads_auto_picks_the_faster_count_and_trains_the_same_bits(
+    registry: BackendRegistry, cfg: TrainConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("eemicrogpt_core.threads.physical_core_count", lambda *_: 2)
+    reference = registry.get("numpy_ref")
+    assert reference is not None and reference.spec is not None
+    counts: list[int] = []
+
+    class Plugin:
+        @hookimpl
+        def eemicrogpt_backends(self) -> list[BackendSpec]:
+            factory = reference.spec.factory
+            return [BackendSpec("contended", "numpy_ref, slow on 2 threads", lambda: ProbeResult.ok(1),
+                                lambda shape, batch, dtype: _SlowWithTwoThreads(factory(shape, batch, dtype), counts),
+                                thread_independent=True)]
+
+    reg = load_registry(entry_points=True, extra_plugins=[Plugin()])
+    run_cfg = dataclasses.replace(cfg, backend="contended", steps=400, log_every=400, chunk_steps=50)
+    reporter = SigintAt(10**9)  # only records the messages
+    auto = train(run_cfg, reg, reporter=reporter)
+    picked = [m for m in reporter.messages if m.startswith("threads: auto picked")]
+    assert len(picked) == 1 and picked[0].startswith("threads: auto picked 1 ("), reporter.messages
+    assert counts[:3] == [2, 2, 1]  # opened at the cores, the 2-thread round, then the 1-thread round
+    fixed = train(dataclasses.replace(run_cfg, threads=1), reg)
+    np.testing.assert_array_equal(auto.losses, fixed.losses)
