@@ -31,8 +31,12 @@ mkdir -p "$HOUSE" "$SDISTS"
 for project in "${projects[@]}"; do
   # Isolated builds (setuptools from the index); in-tree build/ and *.egg-info are git-ignored leftovers.
   # No --sdist/--wheel: build makes the sdist, unpacks it elsewhere and builds the wheel from that alone.
+  # The example backends are third-party style: they build against the core's headers, named the way their
+  # READMEs tell a third party to (an isolated build has no core installed to ask). Ours ship copies.
+  include=()
+  [[ $project == examples/* ]] && include=(EEMICROGPT_INCLUDE="$REPO/eemicrogpt_core/include")
   rm -rf "$WORK/out"
-  "$PY" -m build --outdir "$WORK/out" "$project" >"$WORK/build.log" 2>&1 \
+  env "${include[@]}" "$PY" -m build --outdir "$WORK/out" "$project" >"$WORK/build.log" 2>&1 \
     || { cat "$WORK/build.log"; fail "building $project (its sdist, then the wheel from it) failed"; }
   mv "$WORK"/out/*.tar.gz "$SDISTS"/ && mv "$WORK"/out/*.whl "$HOUSE"/
   echo "  $project"
