@@ -23,9 +23,9 @@ from typing import Any, ClassVar
 import numpy as np
 import pytest
 
-from .abi import MAX_CONTEXT, MAX_LAYERS, MAX_VOCAB, MIN_VOCAB
+from .abi import MAX_CONTEXT, MAX_LAYERS, MAX_NATIVE_BATCH, MAX_VOCAB, MIN_VOCAB
 from .model import NAMES_VOCAB, ModelShape, init_params, views
-from .native import ABI_VERSION, MAX_BATCH, STATUS, _ffi, load_library
+from .native import ABI_VERSION, STATUS, _ffi, load_library
 from .testing import _entry, _unusable
 
 OK, ARGUMENT, UNSUPPORTED, NOMEM, NONFINITE = (STATUS[name] for name in (
@@ -222,7 +222,7 @@ class NativeAbiContract:
         assert lib.emg_create(ffi.NULL, 1, out) == ARGUMENT
         assert lib.emg_create(shape_of(shape), 0, out) == ARGUMENT
         assert lib.emg_create(shape_of(shape), -1, out) == ARGUMENT
-        assert lib.emg_create(shape_of(shape), MAX_BATCH + 1, out) == UNSUPPORTED
+        assert lib.emg_create(shape_of(shape), MAX_NATIVE_BATCH + 1, out) == UNSUPPORTED
         assert out[0] == ffi.NULL
         lib.emg_destroy(ffi.NULL)  # a no-op
 

@@ -37,7 +37,9 @@ __all__ = [
 ]
 
 STATUS = status_codes()  # enum emg_status, read from the header
-MAX_BATCH = MAX_NATIVE_BATCH  # the largest max_batch any native session accepts
+# The same number under the name native plugins written against earlier 0.2 cores import (it is in __all__
+# and was the documented spelling): kept so they still load. New code uses abi.MAX_NATIVE_BATCH.
+MAX_BATCH = MAX_NATIVE_BATCH
 _STATUS_MESSAGES = {
     STATUS["EMG_ERR_ARGUMENT"]: "invalid argument",
     STATUS["EMG_ERR_UNSUPPORTED"]: "unsupported shape or CPU",

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Packages as users install them. Builds a wheel of the core and of every backend and example backend
-# (`python -m build --wheel`) into a wheelhouse, adds the third-party runtime dependencies, then installs
+# Packages as users install them. Builds an sdist of the core and of every backend and example backend,
+# then its wheel from that sdist alone (`python -m build`: a distribution reaching outside its own directory
+# fails here) into a wheelhouse, adds the third-party runtime dependencies, then installs
 # from that wheelhouse ALONE (`--no-index`: no index, and no other find-links, can supply a package) into a
 # clean virtualenv and runs the CLI from outside the checkout: --version, backends, a short train on real
 # names, sample. Checks on the way: a backend installed alone pulls the core from the wheelhouse, at the
@@ -15,23 +16,43 @@ PY=${PYTHON:-python}
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/eemicrogpt-wheels.XXXXXX")
 [ "${KEEP:-0}" = 1 ] && echo "work directory: $WORK" || trap 'rm -rf "$WORK"' EXIT
 HOUSE=$WORK/wheelhouse
+SDISTS=$WORK/sdists
 fail() { echo "wheels.sh: $*" >&2; exit 1; }
 DATA=${EEMICROGPT_DATA:-$REPO/../shared/data/names.txt}
 [ -f "$DATA" ] || fail "no names file at $DATA: set EEMICROGPT_DATA"
 DATA=$(cd "$(dirname "$DATA")" && pwd)/$(basename "$DATA")
 
-echo "== building wheels into $HOUSE"
+echo "== building sdists into $SDISTS, and each wheel from its sdist into $HOUSE"
 projects=(.)
 for dir in backends/*/ examples/*/; do
   [ -f "$dir/pyproject.toml" ] && projects+=("${dir%/}")
 done
+mkdir -p "$HOUSE" "$SDISTS"
 for project in "${projects[@]}"; do
   # Isolated builds (setuptools from the index); in-tree build/ and *.egg-info are git-ignored leftovers.
-  "$PY" -m build --wheel --outdir "$HOUSE" "$project" >"$WORK/build.log" 2>&1 \
-    || { cat "$WORK/build.log"; fail "building $project failed"; }
+  # No --sdist/--wheel: build makes the sdist, unpacks it elsewhere and builds the wheel from that alone.
+  # The example backends are third-party style: they build against the core's headers, named the way their
+  # READMEs tell a third party to (an isolated build has no core installed to ask). Ours ship copies.
+  include=()
+  [[ $project == examples/* ]] && include=(EEMICROGPT_INCLUDE="$REPO/eemicrogpt_core/include")
+  rm -rf "$WORK/out"
+  env "${include[@]}" "$PY" -m build --outdir "$WORK/out" "$project" >"$WORK/build.log" 2>&1 \
+    || { cat "$WORK/build.log"; fail "building $project (its sdist, then the wheel from it) failed"; }
+  mv "$WORK"/out/*.tar.gz "$SDISTS"/ && mv "$WORK"/out/*.whl "$HOUSE"/
   echo "  $project"
 done
-ls "$HOUSE"
+ls "$SDISTS" "$HOUSE"
+
+echo "== checking the backends' sdists carry their shared files (backends/share.py copies them into _build/)"
+for dir in backends/*/; do
+  [ -f "$dir/setup.py" ] || continue
+  dist=$(sed -n 's/^name = "\(.*\)"/\1/p' "$dir/pyproject.toml" | tr - _)
+  sdist=$(ls "$SDISTS/$dist"-*.tar.gz 2>/dev/null) || fail "no sdist of $dir"
+  listing=$(tar -tzf "$sdist")
+  for shared in _build/lockstep.py _build/_version.py; do
+    grep -q "^[^/]*/$shared\$" <<<"$listing" || fail "$sdist lacks $shared"
+  done
+done
 
 echo "== checking the wheels' platform tags"
 for pure in eemicrogpt_backend_neon eemicrogpt_backend_sme2 eemicrogpt_backend_sme2_f16; do

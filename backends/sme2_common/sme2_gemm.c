@@ -38,7 +38,8 @@ static inline __attribute__((always_inline)) void put_vec(const emg_gemm *g, flo
 #if !EMG_SME_F16 || EMG_SME_F16_WIDEN
 
 /* Read a za32 tile out four rows per instruction (SME2 multi-vector MOVA, VG4); with Ct, four columns
- * per instruction too (vertical slices, seed #28). */
+ * per instruction too (vertical slices: the layout chaining through ZA that hands the next GEMM its
+ * transposed operand without a transpose pass). */
 #define READ_TILE32(tile, r0, c0)                                                              \
     do {                                                                                       \
         const int r0_ = (r0), c0_ = (c0);                                                      \

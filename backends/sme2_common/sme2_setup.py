@@ -2,7 +2,7 @@
 by the aarch64 lane through the same code).
 
 Used by backends/sme2_f32/setup.py and backends/sme2_f16/setup.py (sme2_f16 and sme2_f16w) from the copy
-share.py puts in their `_build/`, beside the kernels' sources, the ABI headers and arm_setup.py (the build
+../share.py puts in their `_build/`, beside the kernels' sources, the ABI headers and arm_setup.py (the build
 command shared with neon: feature test, strict linking, object check, arm64 only on universal2 Pythons), so
 that every SME2 library is built from the same sources with the same flags; tools/a64lane/darwin_compile.py
 loads this original with ../arm_common on sys.path. Only sme2_gemm.c may see the SME extensions: the step is

@@ -11,11 +11,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from eemicrogpt_core.abi import MAX_NATIVE_BATCH
 from eemicrogpt_core.backend import BackendSession, BackendSpec, ProbeResult
 from eemicrogpt_core.hookspec import hookimpl
 from eemicrogpt_core.model import ModelShape
 from eemicrogpt_core.native import (
-    MAX_BATCH,
     find_library,
     library_load_error,
     library_supports,
@@ -99,7 +99,7 @@ def sme2_spec(
         factory=factory,
         supports=library_supports(library),
         dtypes=("float32",),
-        max_batch=MAX_BATCH,
+        max_batch=MAX_NATIVE_BATCH,
         precision=precision,
         envelope=ENVELOPE,
     )

@@ -4,7 +4,7 @@ za32) on aarch64 Linux/macOS only.
 Elsewhere the package installs as pure Python and its probe says why the backends are unavailable. The
 aarch64 lane cross-builds through this same file. What it shares with the other SME2 and ARM backends (build
 helpers, kernel sources, the ABI headers, the core's version, the probe and spec modules) is copied into
-this directory from the repository by ../sme2_common/share.py when that exists; an sdist ships the copies.
+`_build/` here and the package from the repository by ../share.py when that exists; an sdist ships the copies.
 """
 
 import runpy
@@ -14,7 +14,7 @@ from pathlib import Path
 from setuptools import setup
 
 HERE = Path(__file__).resolve().parent
-SHARE = HERE.parent / "sme2_common" / "share.py"
+SHARE = HERE.parent / "share.py"
 if SHARE.is_file():  # a repository checkout: refresh the copies
     runpy.run_path(str(SHARE))["share"](HERE, "eemicrogpt_backend_sme2_f16")
 sys.path.insert(0, str(HERE / "_build"))  # the copies: lockstep, sme2_setup and what it imports

@@ -1,7 +1,9 @@
 """Builds the x86 backend's plain C shared libraries (loaded with cffi, never imported).
 
 Three libraries, x86_64 only: the same kernel sources twice (AVX-512 and AVX2+FMA target flags) and a
-feature probe compiled without target flags. Elsewhere nothing is built and the probe explains why.
+feature probe compiled without target flags. Elsewhere nothing is built and the probe explains why. What it
+shares with the repository (lockstep.py, the core's version, the ABI headers) is copied into `_build/` here by
+../share.py in a repository checkout; an sdist ships the copies.
 """
 
 from __future__ import annotations
@@ -9,17 +11,21 @@ from __future__ import annotations
 import copy
 import os
 import platform
+import runpy
 import sys
 from pathlib import Path
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # backends/lockstep.py: version and core pin
-from lockstep import lockstep
-
 HERE = Path(__file__).resolve().parent
-INCLUDE = os.environ.get("EEMICROGPT_INCLUDE", str(HERE.parent.parent / "eemicrogpt_core" / "include"))
+SHARE = HERE.parent / "share.py"
+if SHARE.is_file():  # a repository checkout: refresh the copies
+    runpy.run_path(str(SHARE))["share"](HERE)
+sys.path.insert(0, str(HERE / "_build"))  # the copies: lockstep.py (version and core pin)
+from lockstep import lockstep  # noqa: E402
+
+INCLUDE = os.environ.get("EEMICROGPT_INCLUDE", str(HERE / "_build" / "include"))  # the ABI headers
 KERNEL_SOURCES = ["csrc/step.c", "csrc/session.c", "csrc/threads.c", "csrc/pool.c", "csrc/peak.c"]
 # -fno-wrapv undoes the -fwrapv that Python's CFLAGS add: with wrapping signed ints gcc cannot simplify the
 # kernels' index arithmetic (measured 5-10% slower steps at d32/d64).

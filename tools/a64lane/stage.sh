@@ -21,10 +21,11 @@ copy_tree() { # copy_tree FROM TO [paths...]: the given paths (default: all) wit
 
 core_paths=(pyproject.toml eemicrogpt_core)
 for f in README.md setup.py LICENSE; do [[ -e "$REPO/$f" ]] && core_paths+=("$f"); done
-# The repository's layout is kept: numpy_ref's setup.py reads ../lockstep.py (its version and core pin).
-# The ARM backends are built and installed by build.sh, through their setup.py.
+# The repository's layout is kept: numpy_ref's setup.py runs ../share.py, which copies ../lockstep.py and the
+# core's _version.py (its version and core pin) into its _build/. The ARM backends are built and installed by
+# build.sh, through their setup.py.
 copy_tree "$REPO" "$src" "${core_paths[@]}"
-copy_tree "$REPO/backends" "$src/backends" lockstep.py
+copy_tree "$REPO/backends" "$src/backends" lockstep.py share.py
 projects=("$src")
 [[ -d "$REPO/backends/numpy_ref" ]] || die "backends/numpy_ref is missing: the conformance kit needs it"
 copy_tree "$REPO/backends/numpy_ref" "$src/backends/numpy_ref"

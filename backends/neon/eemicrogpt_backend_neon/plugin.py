@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+from eemicrogpt_core.abi import MAX_NATIVE_BATCH
 from eemicrogpt_core.backend import BackendSession, BackendSpec, ProbeResult
 from eemicrogpt_core.hookspec import hookimpl
 from eemicrogpt_core.model import ModelShape
 from eemicrogpt_core.native import (
-    MAX_BATCH,
     find_library,
     library_load_error,
     library_supports,
@@ -61,6 +61,6 @@ def eemicrogpt_backends() -> Iterator[BackendSpec]:
         factory=_factory,
         supports=library_supports(library_path),  # csrc/abi.c: supports()
         dtypes=("float32",),
-        max_batch=MAX_BATCH,
+        max_batch=MAX_NATIVE_BATCH,
         envelope="d16-256 step 16, head_dim a multiple of 4, 1-8 layers, vocabulary 2-256, context 1-64",
     )

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from eemicrogpt_core.abi import MAX_NATIVE_BATCH
 from eemicrogpt_core.backend import BackendSession, BackendSpec, ProbeResult
 from eemicrogpt_core.hookspec import hookimpl
 from eemicrogpt_core.model import ModelShape
-from eemicrogpt_core.native import MAX_BATCH, library_supports, native_session_factory
+from eemicrogpt_core.native import library_supports, native_session_factory
 
 from .libs import extras, library_path
 from .probe import VARIANTS, probe
@@ -52,7 +53,7 @@ def eemicrogpt_backends() -> Iterator[BackendSpec]:
             factory=_factory(name),
             supports=library_supports(lambda name=name: library_path(name)),  # the kernel table in C
             dtypes=("float32",),
-            max_batch=MAX_BATCH,
+            max_batch=MAX_NATIVE_BATCH,
             precision=VARIANTS[name].precision,
             extra={"distribution": "eemicrogpt-backend-x86", "isa": name},
             envelope=ENVELOPE,

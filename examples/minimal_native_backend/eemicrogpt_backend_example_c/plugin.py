@@ -5,10 +5,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+from eemicrogpt_core.abi import MAX_NATIVE_BATCH
 from eemicrogpt_core.backend import BackendSession, BackendSpec, ProbeResult
 from eemicrogpt_core.hookspec import hookimpl
 from eemicrogpt_core.model import ModelShape
-from eemicrogpt_core.native import MAX_BATCH, find_library, library_supports, native_session_factory
+from eemicrogpt_core.native import find_library, library_supports, native_session_factory
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 LIBRARY_STEM = "_example_c"
@@ -40,6 +41,6 @@ def eemicrogpt_backends() -> Iterator[BackendSpec]:
         probe=_probe,
         factory=_factory,
         supports=library_supports(_library),  # the shapes are the C library's emg_supports
-        max_batch=MAX_BATCH,
+        max_batch=MAX_NATIVE_BATCH,
         envelope="any valid shape of up to 2^31 - 1 parameters",
     )
