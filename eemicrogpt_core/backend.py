@@ -11,6 +11,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from .abi import MAX_NATIVE_BATCH
 from .model import ModelShape
 from .precision import FP32
 
@@ -99,7 +100,7 @@ class BackendSpec:
     # native.library_supports(...), so their shapes are declared once, by the kernels in C.
     supports: Callable[[ModelShape], bool] | None = field(default=None, compare=False, hash=False)
     dtypes: tuple[str, ...] = ("float32",)
-    max_batch: int = 256
+    max_batch: int = MAX_NATIVE_BATCH  # a Python backend may declare more, up to config.MAX_CONFIG_BATCH
     precision: str = FP32  # what the matrix products compute in (precision.PRECISIONS); `auto` asks for fp32
     extra: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
     # The shapes it runs, in words for `eemicrogpt backends` (e.g. "d16-256 step 16, 1-8 layers, ..."); the
