@@ -147,6 +147,21 @@ def _done(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
             and finite(r.get("lr")) and isinstance(r.get("d_model"), int)]
 
 
+def contended(row: dict[str, Any]) -> bool:
+    """A time-budget run that found the machine busy (sweep results' `contended`): its timing is suspect."""
+    return row.get("contended") in (True, "True", "true", 1, "1")
+
+
+CONTENDED_LABEL = "contended run (machine busy: its time is not trustworthy)"
+
+
+def _ring_contended(ax: Any, points: list[tuple[float, float]]) -> None:
+    """A hollow black ring around each contended run's point, one legend entry for all."""
+    if points:
+        ax.scatter(*zip(*points, strict=True), s=90, facecolors="none", edgecolors="black", linewidths=1.2,
+                   label=CONTENDED_LABEL)
+
+
 def _by_size(rows: list[dict[str, Any]]) -> dict[int, list[dict[str, Any]]]:
     groups: dict[int, list[dict[str, Any]]] = defaultdict(list)
     for r in rows:
@@ -173,6 +188,7 @@ def pareto(rows: list[dict[str, Any]], name: str) -> Any:
         front = pareto_front(points)
         ax.plot(*zip(*front, strict=True), color=colour, marker="o", drawstyle="steps-post",
                 label=f"d_model {d} frontier")
+    _ring_contended(ax, [(float(r["train_s"]), float(r["val_loss"])) for r in _done(rows) if contended(r)])
     ax.set_xscale("log")
     _plain_log(ax.xaxis)
     _label(ax, "training time (s, log scale)", VAL_LOSS,
@@ -194,6 +210,7 @@ def loss_vs_lr(rows: list[dict[str, Any]], name: str) -> Any:
             means[float(r["lr"])].append(float(r["val_loss"]))
         lrs = sorted(means)
         ax.plot(lrs, [sum(means[x]) / len(means[x]) for x in lrs], color=colour, marker="o", label=f"d_model {d}")
+    _ring_contended(ax, [(float(r["lr"]), float(r["val_loss"])) for r in _done(rows) if contended(r)])
     ax.set_xscale("log")
     _plain_log(ax.xaxis, sorted(all_lrs) if len(all_lrs) <= 8 else None)
     _label(ax, "peak learning rate (log scale)", VAL_LOSS,
@@ -209,8 +226,11 @@ def heatmap(rows: list[dict[str, Any]], keys: tuple[str, str], name: str) -> Any
     ys = sorted({r[keys[0]] for r in done})
     xs = sorted({r[keys[1]] for r in done})
     cells: dict[tuple[Any, Any], list[float]] = defaultdict(list)
+    busy: set[tuple[int, int]] = set()  # cells holding a contended run: their values get a "*"
     for r in done:
         cells[(r[keys[0]], r[keys[1]])].append(float(r["val_loss"]))
+        if contended(r):
+            busy.add((ys.index(r[keys[0]]), xs.index(r[keys[1]])))
     grid = np.full((len(ys), len(xs)), np.nan)
     for (y, x), values in cells.items():
         grid[ys.index(y), xs.index(x)] = sum(values) / len(values)
@@ -225,10 +245,11 @@ def heatmap(rows: list[dict[str, Any]], keys: tuple[str, str], name: str) -> Any
     middle = float(finite.mean()) if finite.size else 0.0
     for (iy, ix), value in np.ndenumerate(grid):
         if np.isfinite(value):
-            ax.text(ix, iy, f"{value:.3f}", ha="center", va="center", fontsize="small",
-                    color="white" if value > middle else "black")
+            ax.text(ix, iy, f"{value:.3f}{'*' if (iy, ix) in busy else ''}", ha="center", va="center",
+                    fontsize="small", color="white" if value > middle else "black")
     fig.colorbar(image, ax=ax, label=f"mean {VAL_LOSS}")
-    ax.set_title(f"{name}: val loss over {keys[0]} x {keys[1]}")
+    ax.set_title(f"{name}: val loss over {keys[0]} x {keys[1]}" + ("\n* a contended run (machine busy)" if busy
+                                                                      else ""))
     return fig
 
 
@@ -251,6 +272,10 @@ def time_to_target(rows: list[dict[str, Any]], name: str) -> Any:
     for d in sizes:
         ys = [i for i, r in enumerate(hits) if r.get("d_model") == d]
         ax.barh(ys, [float(hits[i]["seconds_to_target"]) for i in ys], color=colours[d], label=f"d_model {d}")
+    busy = [i for i, r in enumerate(hits) if contended(r)]
+    if busy:
+        ax.barh(busy, [float(hits[i]["seconds_to_target"]) for i in busy], fill=False, hatch="//",
+                edgecolor="black", label=CONTENDED_LABEL)
     if missed:
         ax.scatter([0.0] * len(missed), range(len(hits), len(ordered)), marker="x", color="black",
                    label="not reached")

@@ -271,3 +271,28 @@ def test_time_to_target_draws_each_finished_run(tmp_path: Path) -> None:
 
 def test_no_time_to_target_chart_without_a_target(sweep_dir: Path) -> None:
     assert not any(name.endswith("_time_to_target") for name in build_figures([sweep_dir]))
+
+
+def test_contended_runs_are_marked_in_every_sweep_chart(tmp_path: Path) -> None:
+    """A run the sweep marked contended: ringed in the Pareto and lr charts, starred in the heatmap, hatched in
+    the time-to-target bars; uncontended runs are not."""
+    out = tmp_path / "busy"
+    out.mkdir()
+    (out / "spec.yaml").write_text(yaml.safe_dump({"name": "busy", "grid": {"d_model": [16, 32],
+                                                                          "lr": [0.003, 0.01]}}))
+    store = ResultStore(out, ["d_model", "lr"])
+    for i, (d, lr, busy) in enumerate([(16, 0.003, False), (16, 0.01, True), (32, 0.003, False), (32, 0.01, False)]):
+        store.add({"run_id": f"run{i}", "d_model": d, "lr": lr, "status": "done", "val_loss": 2.2 - 0.01 * i,
+                   "train_loss": 2.1, "train_s": 1.0 + i, "steps": 100, "us_per_step": 10.0, "contended": busy,
+                   "target_loss": 2.5, "reached": True, "seconds_to_target": 0.5 + i, "steps_to_target": 50})
+    figures = build_figures([out])
+    for chart, (x, y) in (("busy_pareto", (2.0, 2.19)), ("busy_loss_vs_lr", (0.01, 2.19))):
+        ax = figures[chart].axes[0]
+        rings = {c.get_label(): c.get_offsets().tolist() for c in ax.collections}
+        ringed = [key for key in rings if key.startswith("contended run")]
+        assert len(ringed) == 1 and rings[ringed[0]] == [pytest.approx([x, y])], chart
+    texts = [t.get_text() for t in figures["busy_heatmap"].axes[0].texts]
+    assert "2.190*" in texts and "2.200" in texts and "contended" in figures["busy_heatmap"].axes[0].get_title()
+    ax = figures["busy_time_to_target"].axes[0]
+    hatched = [p for p in ax.patches if p.get_hatch() == "//"]
+    assert len(hatched) == 1 and hatched[0].get_width() == 1.5
