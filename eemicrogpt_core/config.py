@@ -210,6 +210,8 @@ def _coerce(key: str, value: Any, where: str) -> Any:
 def _or_null(key: str, setting: Setting) -> str:
     if type(None) not in FIELD_TYPES[key]:
         return ""
+    if setting.null_word:
+        return f" (or {setting.null_word})"
     return f" (or null for {setting.null_means})" if setting.null_means else " (or null)"
 
 

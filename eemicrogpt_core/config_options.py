@@ -2,7 +2,9 @@
 
 `with_config_options` gives a typer command one option per key: `--key-with-dashes` (or the key's
 `Setting.flag`), `--key/--no-key` for true-or-false keys, the key's help text. None means "not given", so a
-flag overrides the config file only when it is on the command line.
+flag overrides the config file only when it is on the command line. A key whose null has a word (`threads:
+auto`) takes that word on the command line too: the option passes it on as given, and the config layer reads
+it as null, like the same word in a YAML file.
 """
 
 from __future__ import annotations
@@ -24,13 +26,37 @@ def flag_of(key: str) -> str:
     return SETTINGS[key].flag or "--" + key.replace("_", "-")
 
 
+def _value_or_word(value_type: type, word: str) -> Callable[[str], Any]:
+    """A command-line parser for a value of `value_type` or `word`, passed through as written (the key's null)."""
+
+    def parse(text: str) -> Any:
+        if text == word:
+            return text
+        try:
+            return value_type(text)
+        except ValueError:
+            raise typer.BadParameter(f"{text!r} is neither {_TYPE_NAMES.get(value_type, value_type.__name__)} "
+                                     f"nor {word!r}") from None
+
+    return parse
+
+
+_TYPE_NAMES = {int: "an integer", float: "a number"}
+
+
 def _option(key: str) -> inspect.Parameter:
     value_type = next(t for t in FIELD_TYPES[key] if t is not type(None))
+    setting = SETTINGS[key]
     flag = flag_of(key)
     decls = [f"{flag}/--no-{flag.removeprefix('--')}"] if value_type is bool else [flag]
-    option = typer.Option(*decls, help=SETTINGS[key].help, show_default=False)
-    return inspect.Parameter(key, inspect.Parameter.KEYWORD_ONLY, default=None,
-                             annotation=Annotated[value_type | None, option])
+    if setting.null_word is not None:
+        option = typer.Option(*decls, help=setting.help, show_default=False, metavar=f"<{setting.null_word}|N>",
+                              parser=_value_or_word(value_type, setting.null_word))
+        annotation: Any = Annotated[str | None, option]
+    else:
+        option = typer.Option(*decls, help=setting.help, show_default=False)
+        annotation = Annotated[value_type | None, option]
+    return inspect.Parameter(key, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=annotation)
 
 
 def with_config_options(command: Callable[..., Any]) -> Callable[..., Any]:

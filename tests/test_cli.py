@@ -332,3 +332,22 @@ def test_resume_with_steps_extends_a_finished_run(names_file: Path, tmp_path: Pa
     assert (ckpt.state.step, ckpt.total_steps, ckpt.config.steps) == (30, 30, 30)
     fewer = run("train", "--resume", str(out), "--steps", "30")
     assert_one_line_error(fewer, "must be more than the 30 steps")
+
+
+def test_threads_auto_on_the_command_line_overrides_a_fixed_count(monkeypatch: pytest.MonkeyPatch,
+                                                                   names_file: Path, tmp_path: Path) -> None:
+    path = tmp_path / "fixed.yaml"
+    path.write_text("threads: 2\n")
+    assert _config_from_flags(monkeypatch, names_file, "--config", str(path)).threads == 2
+    assert _config_from_flags(monkeypatch, names_file, "--config", str(path), "--threads", "auto").threads is None
+    assert _config_from_flags(monkeypatch, names_file, "--threads", "3").threads == 3
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [("abc", "'abc' is neither an integer nor 'auto'"), ("2.5", "'2.5' is neither an integer nor 'auto'"),
+     ("0", "command line: threads must be >= 1 (or auto), got 0")],
+)
+def test_bad_threads_values(value: str, message: str, names_file: Path, tmp_path: Path) -> None:
+    result = run("train", "--data", str(names_file), "--out", str(tmp_path / "r"), "--threads", value)
+    assert_one_line_error(result, message)
