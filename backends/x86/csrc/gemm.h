@@ -17,8 +17,13 @@ enum epilogue {
     EPI_NONE, /* C = A B */
     EPI_RELU, /* C = max(A B, 0) */
     EPI_ADD,  /* C = E + A B        (residual) */
-    EPI_MASK  /* C = (E > 0) ? A B : 0  (ReLU backward, E is the ReLU output) */
+    EPI_MASK, /* C = (E > 0) ? A B : 0  (ReLU backward, E is the ReLU output) */
+    EPI_FOLD  /* C = E + (A B)       (the sum from zero, then one add: a gradient folded into an earlier one) */
 };
+
+/* How a weight-gradient GEMM (gemm_tn) treats C: write it, continue its sum (the next rows of one chain of
+ * FMAs), or fold a new sum into it (C + sum, the same float add as a separate sum added afterwards). */
+enum tn_mode { TN_WRITE, TN_CONTINUE, TN_FOLD };
 
 #if VW == 16
 #define NC_MAX 4
@@ -63,6 +68,7 @@ AI void tile_finish(const int mr, const int nc, const vf *acc, float *C, const i
             vf c = acc[i * nc + j];
             if (epi == EPI_RELU) c = v_max(c, v_zero());
             if (epi == EPI_MASK) c = v_keep_pos(c, v_load(E + i * lde + j * VW));
+            if (epi == EPI_FOLD) c = v_add(v_load(E + i * lde + j * VW), c);
             v_store(C + i * ldc + j * VW, c);
         }
 }
@@ -160,7 +166,8 @@ AI void gemm_tn_panel(const int M, const int nc, int P, const float *A, const in
 }
 
 /* Weight gradient: C[M][N] = sum_p A[p][0:M]^T B[p][0:N] over P packed rows (A, B row-major); with
- * EPI_ADD the sum is added to C (tiles start from C itself). N is a compile-time constant at the call site. */
+ * EPI_ADD the sum continues from C (tiles start from C itself), with EPI_FOLD it starts from zero and is
+ * added to C at the end. N is a compile-time constant at the call site. */
 AI void gemm_tn_epi(const int M, const int N, int P, const float *A, const int lda, const float *B, const int ldb,
                     float *C, const int ldc, const int epi) {
     const int nc = tile_nc(N), n_main = N / (nc * VW) * (nc * VW);
@@ -173,11 +180,12 @@ AI void gemm_tn_epi(const int M, const int N, int P, const float *A, const int l
 }
 
 AI void gemm_tn(const int M, const int N, int P, const float *A, const int lda, const float *B, const int ldb,
-                float *C, const int ldc, const int accumulate) {
-    if (accumulate)
-        gemm_tn_epi(M, N, P, A, lda, B, ldb, C, ldc, EPI_ADD);
-    else
-        gemm_tn_epi(M, N, P, A, lda, B, ldb, C, ldc, EPI_NONE);
+                float *C, const int ldc, const enum tn_mode mode) {
+    switch (mode) {
+    case TN_WRITE: gemm_tn_epi(M, N, P, A, lda, B, ldb, C, ldc, EPI_NONE); break;
+    case TN_CONTINUE: gemm_tn_epi(M, N, P, A, lda, B, ldb, C, ldc, EPI_ADD); break;
+    case TN_FOLD: gemm_tn_epi(M, N, P, A, lda, B, ldb, C, ldc, EPI_FOLD); break;
+    }
 }
 
 #endif /* EMG_X86_GEMM_H */

@@ -173,11 +173,12 @@ AI void gemm_tn_bf16_epi(const int M, const int N, int P, const float *A, const 
 }
 
 AI void gemm_tn_bf16(const int M, const int N, int P, const float *A, const int lda, const float *B, const int ldb,
-                     float *C, const int ldc, const int accumulate, uint16_t *scratch_a, uint16_t *scratch_b) {
-    if (accumulate)
-        gemm_tn_bf16_epi(M, N, P, A, lda, B, ldb, C, ldc, EPI_ADD, scratch_a, scratch_b);
-    else
-        gemm_tn_bf16_epi(M, N, P, A, lda, B, ldb, C, ldc, EPI_NONE, scratch_a, scratch_b);
+                     float *C, const int ldc, const enum tn_mode mode, uint16_t *scratch_a, uint16_t *scratch_b) {
+    switch (mode) {
+    case TN_WRITE: gemm_tn_bf16_epi(M, N, P, A, lda, B, ldb, C, ldc, EPI_NONE, scratch_a, scratch_b); break;
+    case TN_CONTINUE: gemm_tn_bf16_epi(M, N, P, A, lda, B, ldb, C, ldc, EPI_ADD, scratch_a, scratch_b); break;
+    case TN_FOLD: gemm_tn_bf16_epi(M, N, P, A, lda, B, ldb, C, ldc, EPI_FOLD, scratch_a, scratch_b); break;
+    }
 }
 
 #endif /* EMG_X86_GEMM_BF16_H */

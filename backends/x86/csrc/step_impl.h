@@ -45,7 +45,7 @@
         for (int q_ = 0; q_ < pass->n_seg; q_++) {                                                          \
             const struct emg_segment *sg_ = &pass->seg[q_];                                                 \
             TN(N, K, sg_->rows, (dout) + (long)sg_->row * (ld_dout), ld_dout, (inp) + (long)sg_->row * (K), K, \
-               sg_->grads + (g_off), K, sg_->accumulate);                                                   \
+               sg_->grads + (g_off), K, sg_->mode);                                                         \
         }                                                                                                    \
     } while (0)
 
@@ -228,8 +228,9 @@ static void FN(pass_step)(struct emg_session *s, struct emg_acts *a, const struc
     /* Layer 0's first norm, the embedding norm and the embedding scatter, row by row into each row's chunk. */
     for (int q = 0; q < pass->n_seg; q++) {
         const struct emg_segment *sg = &pass->seg[q];
-        float *g_tok = sg->grads + lay->tok_emb, *g_pos = sg->grads + lay->pos_emb;
-        if (!sg->accumulate) memset(g_tok, 0, sizeof(float) * (size_t)(lay->layers - lay->tok_emb)); /* both tables */
+        float *g_tok = sg->own + lay->tok_emb, *g_pos = sg->own + lay->pos_emb;
+        if (sg->mode != TN_CONTINUE) /* the chunk's first block: both tables start from zero */
+            memset(g_tok, 0, sizeof(float) * (size_t)(lay->layers - lay->tok_emb));
         for (int p = sg->row; p < sg->row + sg->rows; p++) {
             float dx0[D], de[D];
             rmsnorm_backward(D, dn1 + p * D, a->n1 + p * D, a->r1[p], dx_mid + p * D, dx0);
@@ -248,29 +249,37 @@ static void FN(pass_step)(struct emg_session *s, struct emg_acts *a, const struc
  * runs several small chunks (one thread, batch 16) runs their GEMMs over all their rows at once. Each pass
  * reuses the participant's activation rows: a big batch works in a cache-sized region instead of streaming
  * every activation of the batch through each operation (batch 256 was ~15% slower per sample than batch 64
- * at d64/d128). A chunk's later blocks add their weight gradients to its first's; loss sums go to totals. */
-static void FN(chunks_step)(struct emg_session *s, struct emg_acts *a, int c0, int c1, const uint8_t *lengths,
-                            float inv_p, double *totals, float *grads) {
+ * at d64/d128). A chunk's later blocks continue its weight gradients' sums; a one-block chunk after chunk 0's
+ * run on the same participant folds them into job->grads (emg_segment); loss sums go to totals. */
+static void FN(chunks_step)(struct emg_step_job *job, struct emg_acts *a, int c0, int c1) {
+    struct emg_session *s = job->s;
     struct emg_pass pass = {.seq0 = s->chunks[c0].seq0, .data_row = s->chunks[c0].row0};
     for (int c = c0; c < c1; c++) {
         const struct emg_chunk *ch = &s->chunks[c];
-        totals[c] = 0.0;
+        float *own = emg_x86_chunk_grads(s, c, job->grads);
+        /* Chunks 0..c-1 ran here, in order, before this one, and 1..c-1 were folded: job->grads holds their sum
+         * in chunk order, and this chunk's sum added to it is what emg_x86_reduce would add next. */
+        const int fold = c0 == 0 && c > 0 && job->grads != NULL && ch->rows <= BLOCK_ROWS
+                         && (c == 1 || job->folded[c - 1]);
+        job->folded[c] = fold;
+        job->totals[c] = 0.0;
         for (int b = ch->seq0, done = 0; b < ch->seq1;) {
-            int rows = lengths[b] - 1;
-            for (b++; b < ch->seq1 && rows + lengths[b] - 1 <= BLOCK_ROWS; b++) rows += lengths[b] - 1;
+            int rows = job->lengths[b] - 1;
+            for (b++; b < ch->seq1 && rows + job->lengths[b] - 1 <= BLOCK_ROWS; b++) rows += job->lengths[b] - 1;
             if (pass.n_seg > 0 && pass.rows + rows > BLOCK_ROWS) {
-                FN(pass_step)(s, a, &pass, lengths, inv_p);
+                FN(pass_step)(s, a, &pass, job->lengths, job->inv_p);
                 pass = (struct emg_pass){.seq0 = pass.seq1, .data_row = pass.data_row + pass.rows};
             }
-            pass.seg[pass.n_seg++] = (struct emg_segment){.row = pass.rows, .rows = rows, .accumulate = done > 0,
-                                                          .grads = emg_x86_chunk_grads(s, c, grads),
-                                                          .total = &totals[c]};
+            const enum tn_mode mode = done > 0 ? TN_CONTINUE : fold ? TN_FOLD : TN_WRITE;
+            pass.seg[pass.n_seg++] = (struct emg_segment){.row = pass.rows, .rows = rows, .mode = mode,
+                                                          .grads = fold ? job->grads : own, .own = own,
+                                                          .total = &job->totals[c]};
             pass.rows += rows;
             pass.seq1 = b;
             done += rows;
         }
     }
-    if (pass.n_seg > 0) FN(pass_step)(s, a, &pass, lengths, inv_p);
+    if (pass.n_seg > 0) FN(pass_step)(s, a, &pass, job->lengths, job->inv_p);
 }
 
 /* One participant of a step: its consecutive chunks (emg_x86_participant_chunks), then (once every chunk is
@@ -280,7 +289,7 @@ static void FN(step_part)(void *ctx, int tid, int n) {
     struct emg_session *s = job->s;
     int c0, c1;
     emg_x86_participant_chunks(job->chunks, tid, n, &c0, &c1);
-    if (c1 > c0) FN(chunks_step)(s, emg_x86_acts(s, tid), c0, c1, job->lengths, job->inv_p, job->totals, job->grads);
+    if (c1 > c0) FN(chunks_step)(job, emg_x86_acts(s, tid), c0, c1);
     if (job->grads == NULL) return;
     if (emg_x86_reduce(job, tid, n) && job->train) FN(sync_part)(s, tid, n);
 }

@@ -154,10 +154,12 @@ int emg_x86_reduce(struct emg_step_job *job, int tid, int n) {
     long lo, hi;
     emg_x86_share(s->core.layout.n_params, tid, n, &lo, &hi);
     float *grads = job->grads;
+    const long tables_end = s->core.layout.layers; /* the embedding tables: [0, tables_end) */
     for (int c = 1; c < job->chunks; c++) {
         if (s->chunks[c].seq1 == s->chunks[c].seq0) continue; /* an empty chunk wrote nothing */
         const float *g = emg_x86_chunk_grads(s, c, grads);
-        for (long i = lo; i < hi; i++) grads[i] += g[i];
+        const long end = job->folded[c] && tables_end < hi ? tables_end : hi;
+        for (long i = lo; i < end; i++) grads[i] += g[i];
     }
     if (!job->train) return 0;
     /* The shared layer's update gate (emg_backend.h): no update unless every summed gradient is finite. */

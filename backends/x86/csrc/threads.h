@@ -9,6 +9,7 @@
 
 #include <stdint.h>
 
+#include "gemm.h"
 #include "pool.h"
 
 #define EMG_X86_MAX_THREADS 64
@@ -20,12 +21,16 @@ struct emg_chunk {
     int seq0, seq1, row0, rows;
 };
 
-/* Part of a pass (step_impl.h): `rows` rows from the pass's row `row`, one block of one chunk, whose
- * gradient it writes (or adds to, when `accumulate`: a later block of that chunk) and whose loss sum it adds
- * to *total. */
+/* Part of a pass (step_impl.h): `rows` rows from the pass's row `row`, one block of one chunk. Its weight
+ * gradients go to `grads` as `mode` says: written (the chunk's first block), continued (a later block: one
+ * chain of FMAs over the chunk's rows), or folded (a one-block chunk whose participant also ran every chunk
+ * before it: its sum is added to theirs in `grads`, the add emg_x86_reduce would do, without the chunk's own
+ * buffer or the pass over it). Its embedding-table gradients, sums of scatter-adds, always go to the chunk's
+ * own buffer `own` (its first block zeroes them). Its loss sum is added to *total. */
 struct emg_segment {
-    int row, rows, accumulate;
-    float *grads;
+    int row, rows;
+    enum tn_mode mode;
+    float *grads, *own;
     double *total;
 };
 
@@ -69,6 +74,7 @@ struct emg_step_job {
     float inv_p; /* 1 / live rows of the whole batch */
     int chunks;                        /* this batch's chunks (emg_x86_chunks) */
     double totals[EMG_X86_MAX_CHUNKS]; /* loss sum per chunk */
+    int folded[EMG_X86_MAX_CHUNKS];    /* the chunk's weight gradients were folded into grads (emg_segment) */
     int bad[EMG_X86_MAX_THREADS];       /* a participant's share of the summed gradient is not finite */
     int params_bad[EMG_X86_MAX_THREADS]; /* a parameter of its Adam share is not finite after the update */
     int updated;                         /* Adam ran (every participant's share) */
@@ -103,7 +109,7 @@ void emg_x86_chunk_grads_free(struct emg_session *s);
 
 /* Inside a region, after participant tid's chunks: wait for every chunk; then, unless the loss is not
  * finite, add chunks 1..chunks-1's gradients into job->grads over tid's share of the parameters (always in
- * chunk order) and, when training and every summed gradient is finite (the shared layer's gate), run Adam
+ * chunk order; of a folded chunk only its embedding tables) and, when training and every summed gradient is finite (the shared layer's gate), run Adam
  * (update s->core.step + 1) on that share and wait for every share. Returns 1 when the parameters were
  * updated (the transposed copies are then stale). */
 int emg_x86_reduce(struct emg_step_job *job, int tid, int n);

@@ -24,12 +24,13 @@ def _session(lib_path: str, shape: ModelShape, threads: int, params: np.ndarray,
     return session
 
 
-@pytest.mark.parametrize("threads", [2, 3, 7])
+@pytest.mark.parametrize("threads", [1, 2, 3, 7])
 @pytest.mark.parametrize(("shape", "batch"), [(ModelShape(16, 4), 1), (ModelShape(16, 4), 5), (ModelShape(64, 8), 16),
                                               (ModelShape(128, 4), 256), (ModelShape(48, 3, 3, 64, 64), 40)])
 def test_threaded_gradients_match_float64(lib_path: str, threads: int, shape: ModelShape, batch: int) -> None:
-    """Batch 1 and 5 run as one chunk, 16 as two (so 7 threads leave 5 participants without a chunk), 256
-    as four with several hundred rows each; 3 layers at context 64 give every chunk several blocks."""
+    """Batch 1 and 5 run as one chunk, 16 as two (so 7 threads leave 5 participants without a chunk; one
+    thread folds the second chunk's weight gradients into the first's), 256 as four with several hundred rows
+    each; 3 layers at context 64 give every chunk several blocks."""
     ref = clear_inputs(shape, batch)
     session = _session(lib_path, shape, threads, ref.params)
     loss, grads = session.loss_and_grads(ref.tokens, ref.lengths)
@@ -52,9 +53,14 @@ def _run(lib_path: str, shape: ModelShape, threads: int, steps: int, batch: int)
 
 
 @pytest.mark.parametrize(("shape", "batch"), [(ModelShape(32, 4, 2, 40, 24), 7), (ModelShape(32, 4, 2, 40, 24), 24),
-                                              (ModelShape(16, 4), 8), (ModelShape(48, 4, 1, 27, 16), 130)])
+                                              (ModelShape(16, 4), 8), (ModelShape(48, 4, 1, 27, 16), 130),
+                                              (ModelShape(32, 4, 1, 27, 8), 128)])
 def test_every_thread_count_gives_bit_identical_runs(lib_path: str, shape: ModelShape, batch: int) -> None:
-    """Batches of 1, 2 and 4 chunks (threads.h emg_x86_chunks): 1-7 threads train the same bits."""
+    """Batches of 1, 2 and 4 chunks (threads.h emg_x86_chunks): 1-7 threads train the same bits. A participant
+    that runs chunk 0 folds each following one-block chunk into its sum (emg_segment): one thread folds every
+    chunk at batch 24 and at batch 128 with context 8 (four chunks of ~130 rows), two threads only the second
+    of those four, three none; at batch 130 with context 16 the chunks straddle one block (240 rows), so some
+    fold and some do not."""
     steps = 6 if batch > 100 else 20
     losses_1, state_1 = _run(lib_path, shape, 1, steps, batch)
     for threads in (2, 3, 4, 7):
