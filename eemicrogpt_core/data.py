@@ -141,7 +141,8 @@ def split(data: Dataset, val_fraction: float, seed: int) -> Split:
     # Too few to split: the held-out share would be more than twice the one asked for (2 names at 10% would
     # hold out half of them), or nothing would be left to train on.
     if n_val >= n or n_val > 2 * val_fraction * n:
-        return Split(data, data, f"{n} names are too few to split off {val_fraction:.0%} for validation: the "
+        count = "1 name is" if n == 1 else f"{n:,} names are"
+        return Split(data, data, f"{count} too few to split off {val_fraction:.0%} for validation: the "
                      "validation loss is measured on the training names")
     order = np.random.default_rng([seed, 1]).permutation(n)  # stream 1: independent of init and batches
     return Split(data.subset(order[n_val:]), data.subset(order[:n_val]))
