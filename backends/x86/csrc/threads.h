@@ -54,7 +54,8 @@ struct emg_threads {
  * batch 128), so the summation order, and every bit of the result, is the same whatever the thread count.
  * Participant tid of n runs a consecutive range of chunks (emg_x86_participant_chunks); more threads than
  * chunks leave the extra ones only the parameter-range work. Why so few chunks: every chunk beyond the first
- * costs any thread count its own weight-gradient tiles and one more gradient sum, and chunks smaller than a
+ * costs any thread count its own weight-gradient tiles and one more gradient sum (an add per tile element
+ * when folded, emg_segment; a pass over its buffer otherwise), and chunks smaller than a
  * block (BLOCK_ROWS, ~32 names) split each weight-gradient GEMM further; with 4 sequences per chunk (the
  * smallest that pays on 2 cores: batch 8 runs 1.31x faster on 2 threads) a one-thread d128 step at batch
  * 16 and 64 ran 4-6% slower than one chunk (backends/x86/README.md, "Threads"). */
