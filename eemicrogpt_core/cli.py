@@ -23,7 +23,7 @@ from .checkpoint import Checkpoint, load_checkpoint
 from .config import MAX_D_MODEL, SETTINGS, TrainConfig, build_config, load_config, resolve_backend
 from .config_options import flag_of, with_config_options
 from .data import clean_prefix, encode, read_names, split
-from .datafile import resolve_data_path
+from .datafile import given_data_path, resolve_data_path
 from .errors import CheckpointError, ConfigError, EemicrogptError, describe_os_error
 from .limits import check_memory
 from .model import DEFAULT_CONTEXT, NAMES_VOCAB, ModelShape
@@ -145,10 +145,12 @@ def _fresh_setup(
     cfg = load_config(user_path(config, "--config") if config else None, overrides)
     check_memory(cfg)
     cfg = dataclasses.replace(cfg, backend=resolve_backend(backend, cfg.backend))
-    # Before any download: fail fast (the names vocabulary stands in until the data is read).
-    registry.select(cfg.backend, cfg.model_shape(NAMES_VOCAB), cfg.batch, cfg.dtype, cfg.precision)
+    if given_data_path(data, cfg.data) is None:  # the makemore names: their vocabulary is known before any download
+        registry.select(cfg.backend, cfg.model_shape(NAMES_VOCAB), cfg.batch, cfg.dtype, cfg.precision)
     cfg = dataclasses.replace(cfg, data=str(resolve_data_path(data, cfg.data)))
     prepared = prepare_data(cfg)
+    # The shape the data decides, checked before a run directory is created.
+    registry.select(cfg.backend, cfg.model_shape(prepared.vocab.size), cfg.batch, cfg.dtype, cfg.precision)
     run = RunDir.create(cfg.out, cfg)
     return dataclasses.replace(cfg, out=str(run.path)), run, prepared
 

@@ -109,7 +109,13 @@ def resolve_data_path(
     fetch: Fetcher | None = None,
 ) -> Path:
     """--data flag > $EEMICROGPT_DATA > the config's data key > the cached makemore names.txt."""
+    return given_data_path(flag, config_value, env=env) or fetch_verified(cache_dir(env) / "names.txt", fetch=fetch)
+
+
+def given_data_path(flag: str | None, config_value: str | None, *, env: Mapping[str, str] = os.environ) -> Path | None:
+    """The names file the user named (--data flag > $EEMICROGPT_DATA > the config's data key), or None when the
+    cached makemore names.txt applies."""
     for chosen, what in ((flag, "--data"), (env.get(ENV_VAR), f"${ENV_VAR}"), (config_value, "data")):
         if chosen:
             return user_path(chosen, what)
-    return fetch_verified(cache_dir(env) / "names.txt", fetch=fetch)
+    return None

@@ -351,3 +351,26 @@ def test_threads_auto_on_the_command_line_overrides_a_fixed_count(monkeypatch: p
 def test_bad_threads_values(value: str, message: str, names_file: Path, tmp_path: Path) -> None:
     result = run("train", "--data", str(names_file), "--out", str(tmp_path / "r"), "--threads", value)
     assert_one_line_error(result, message)
+
+
+class _SmallVocabulary:
+    """An available backend whose kernels stop at 27 tokens."""
+
+    @hookimpl
+    def eemicrogpt_backends(self) -> list[BackendSpec]:
+        return [BackendSpec("fake_v27", "here", lambda: ProbeResult.ok(1),
+                            lambda shape, batch, dtype: None, supports=lambda shape: shape.vocab <= 27)]
+
+
+def test_a_backend_refusing_the_shape_names_the_datas_vocabulary(monkeypatch: pytest.MonkeyPatch,
+                                                                 tmp_path: Path) -> None:
+    """A user's file is checked with its own vocabulary (34 tokens here, where the names' 27 would pass), and
+    before any run directory is created."""
+    monkeypatch.setattr(cli, "load_registry", lambda: load_registry(extra_plugins=[_SmallVocabulary()]))
+    data = tmp_path / "cities.txt"
+    data.write_text("new york\nst. louis\nSan José\nwinston-salem\nmünchen\nQUÉBEC 1608\n")  # 33 symbols
+    out = tmp_path / "run"
+    result = run("train", "--data", str(data), "--backend", "fake_v27", "--out", str(out))
+    assert_one_line_error(result, "backend 'fake_v27' cannot run this configuration",
+                          "fake_v27 has no kernel for d64, 4 heads, 1 layer, vocab 34, context 16")
+    assert not out.exists()
