@@ -145,12 +145,13 @@ def _fresh_setup(
     cfg = load_config(user_path(config, "--config") if config else None, overrides)
     check_memory(cfg)
     cfg = dataclasses.replace(cfg, backend=resolve_backend(backend, cfg.backend))
-    if given_data_path(data, cfg.data) is None:  # the makemore names: their vocabulary is known before any download
+    given = given_data_path(data, cfg.data)
+    if given is None:  # the makemore names: their vocabulary is known before the download, so check first
         registry.select(cfg.backend, cfg.model_shape(NAMES_VOCAB), cfg.batch, cfg.dtype, cfg.precision)
-    cfg = dataclasses.replace(cfg, data=str(resolve_data_path(data, cfg.data)))
+    cfg = dataclasses.replace(cfg, data=str(given or resolve_data_path(None, None)))
     prepared = prepare_data(cfg)
-    # The shape the data decides, checked before a run directory is created.
-    registry.select(cfg.backend, cfg.model_shape(prepared.vocab.size), cfg.batch, cfg.dtype, cfg.precision)
+    if given is not None:  # a user's file decides the vocabulary: check before a run directory is created
+        registry.select(cfg.backend, cfg.model_shape(prepared.vocab.size), cfg.batch, cfg.dtype, cfg.precision)
     run = RunDir.create(cfg.out, cfg)
     return dataclasses.replace(cfg, out=str(run.path)), run, prepared
 

@@ -186,7 +186,7 @@ def preset(d_model: int) -> TrainConfig:
     return TrainConfig(**PRESETS[d_model])
 
 
-_TYPE_WORDS = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}
+TYPE_WORDS = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}
 
 
 def _coerce(key: str, value: Any, where: str) -> Any:
@@ -203,7 +203,7 @@ def _coerce(key: str, value: Any, where: str) -> Any:
         return float(value) if int not in allowed else value
     elif isinstance(value, (float, str)) and type(value) in allowed:
         return value
-    words = " or ".join(_TYPE_WORDS.get(t, "null") for t in allowed)
+    words = " or ".join(TYPE_WORDS.get(t, "null") for t in allowed)
     raise ConfigError(f"{where}: {key} must be {words}, got {type(value).__name__} {reprlib.repr(value)}")
 
 

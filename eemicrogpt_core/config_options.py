@@ -16,7 +16,7 @@ from typing import Annotated, Any
 
 import typer
 
-from .config import FIELD_TYPES, SETTINGS
+from .config import FIELD_TYPES, SETTINGS, TYPE_WORDS
 
 OVERRIDES = "overrides"  # the parameter through which the command receives the keys' values
 
@@ -35,13 +35,9 @@ def _value_or_word(value_type: type, word: str) -> Callable[[str], Any]:
         try:
             return value_type(text)
         except ValueError:
-            raise typer.BadParameter(f"{text!r} is neither {_TYPE_NAMES.get(value_type, value_type.__name__)} "
-                                     f"nor {word!r}") from None
+            raise typer.BadParameter(f"{text!r} is neither {TYPE_WORDS[value_type]} nor {word!r}") from None
 
     return parse
-
-
-_TYPE_NAMES = {int: "an integer", float: "a number"}
 
 
 def _option(key: str) -> inspect.Parameter:
