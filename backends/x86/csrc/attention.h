@@ -10,7 +10,8 @@
  * att keeps P^T per (head, key row) for the backward pass: att[(h * L + u) * LW + t], written for the query
  * blocks key u reaches (t >= u - u % VW), zero where t < u. The scratch (attention_scratch floats) holds the
  * lane rows of one sequence. D (and, on the fast paths, H) are compile-time constants at every call site;
- * head_dim = D / H need not be a multiple of 4. */
+ * head_dim = D / H need not be a multiple of 4. With AVX-512, short sequences at head size 4 or 8 and an
+ * even head count take attention_pairs.h's path instead: two heads per vector, the same results. */
 #ifndef EMG_X86_ATTENTION_H
 #define EMG_X86_ATTENTION_H
 
@@ -28,9 +29,6 @@
 
 /* Lanes of a sequence's lane rows: L rounded up to whole vectors. */
 AI int att_lanes(int L) { return (L + VW - 1) / VW * VW; }
-
-/* Floats of scratch attention_forward and attention_backward need for sequences of up to LW lanes. */
-AI long attention_scratch(int D, int H, int LW) { return 4L * D * LW + (long)(H + 2) * LW * LW; }
 
 /* dst[j][t] = src[t * ld + j] for t < L (lanes t >= L zero), j < n (a multiple of 8): blocks transposed in
  * registers (measured ~5% of the whole step faster than a scalar loop at d16-d64). */
@@ -92,6 +90,19 @@ LANES_FN void transpose_causal(const float *src, int L, int LW, float *restrict 
         }
 }
 
+#include "attention_pairs.h"
+
+/* Floats of scratch attention_forward and attention_backward need for sequences of up to LW lanes. */
+AI long attention_scratch(int D, int H, int LW) {
+    const long one_head = 4L * D * LW + (long)(H + 2) * LW * LW;
+#if VW == 16
+    const long pairs = attention_pairs_scratch(D, H);
+    return pairs > one_head ? pairs : one_head;
+#else
+    return one_head;
+#endif
+}
+
 /* out[i * LW] (VW lanes, i < n <= 4) = sum over rows r0 <= r < r1 of w[r * ldw + i] * rows[r * LW]: n
  * independent register accumulators, so no load-add-store chain through memory. */
 AI void accumulate_lanes(const int n, const float *w, int ldw, const float *rows, int LW, int r0, int r1, float *out) {
@@ -137,6 +148,12 @@ AI void attention_forward(const int D, const int H, const float *qkv, float *o, 
     const float scale = 1.0f / sqrtf((float)HD);
     float *restrict qt = scratch, *restrict ot = scratch + D * LW; /* q^T, out^T: [feature][t] */
     vf mx[H], sum[H];                                              /* per head, for one query block */
+#if VW == 16
+    if (attention_pairs(D, H, L)) {
+        attention_forward_pairs(D, H, qkv, o, att, L, scratch);
+        return;
+    }
+#endif
     to_lanes(D, qkv, QS, L, LW, qt);
     for (int c = 0; c < LW; c += VW) {
         const int keys = L < c + VW ? L : c + VW;
@@ -184,6 +201,12 @@ AI void attention_backward(const int D, const int H, const float *qkv, const flo
     float *restrict p_r = ds_t + H * L * LW;  /* one head's P[t][u] */
     float *restrict ds_r = p_r + LW * LW;     /* one head's dS[t][u] */
     vf rowdot[H];                             /* per head, for one query block: sum_u P dP */
+#if VW == 16
+    if (attention_pairs(D, H, L)) {
+        attention_backward_pairs(D, H, qkv, att, dout, dqkv, L, scratch);
+        return;
+    }
+#endif
     to_lanes(D, dout, D, L, LW, dot);
     for (int c = 0; c < LW; c += VW) {
         const int keys = L < c + VW ? L : c + VW;

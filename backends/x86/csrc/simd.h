@@ -107,6 +107,30 @@ AI void v_transpose_lo8(vf r[8]) {
     for (int i = 0; i < 8; i++) r[i] = _mm512_zextps256_ps512(h[i]);
 }
 
+/* 8 x 8 transpose within each half of r[0..7]: lane j (and 8 + j) of r[i] becomes lane i (8 + i) of r[j].
+ * transpose8's steps on 512-bit rows (attention_pairs.h: two heads' 8 x 8 tiles at once); its cross-block step
+ * keeps each half's blocks in that half. */
+AI void v_transpose_halves(vf r[8]) {
+    vf t[8];
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int g = 0; g < 8; g += 4) {
+        __m512d a = _mm512_castps_pd(t[g]), b = _mm512_castps_pd(t[g + 1]);
+        __m512d c = _mm512_castps_pd(t[g + 2]), d = _mm512_castps_pd(t[g + 3]);
+        r[g] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+        r[g + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+        r[g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+        r[g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+    }
+    for (int m = 0; m < 4; m++) { /* 128-bit blocks: (r[m].0, r[4+m].0, r[m].2, r[4+m].2) and (.1, .1, .3, .3) */
+        t[m] = _mm512_mask_shuffle_f32x4(r[m], 0xF0F0, r[4 + m], r[4 + m], 0x80);
+        t[4 + m] = _mm512_mask_shuffle_f32x4(r[4 + m], 0x0F0F, r[m], r[m], 0x31);
+    }
+    for (int i = 0; i < 8; i++) r[i] = t[i];
+}
+
 #elif defined(__AVX2__) && defined(__FMA__)
 #define VW 8
 #define ACC_BUDGET 12 /* 16 ymm registers */

@@ -45,8 +45,16 @@ def test_every_width_matches_float64(lib_path: str, d_model: int) -> None:
 # Attention's code paths (attention.h, step_impl.h ATTENTION_SEQ): 4 and 8 heads compiled as constants, with a
 # constant lane count for one query block or a run-time one for longer sequences (several query blocks, the
 # causal skip); any other head count through the run-time copy, including head sizes that are not a multiple
-# of 4 (the 1-3 feature remainders) and head size 4 at many heads.
+# of 4 (the 1-3 feature remainders) and head size 4 at many heads. Context 8 makes every sequence short:
+# with AVX-512, head sizes 4 and 8 at an even head count put two heads in each vector (attention_pairs.h);
+# head size 6 (even count) and an odd count keep one head per vector.
 ATTENTION_PATHS = (
+    ModelShape(16, 4, 1, 27, 8),
+    ModelShape(64, 8, 2, 27, 8),
+    ModelShape(64, 16, 1, 27, 8),  # a run-time head count
+    ModelShape(96, 12, 1, 64, 8),
+    ModelShape(48, 8, 1, 27, 8),
+    ModelShape(80, 5, 1, 27, 8),
     ModelShape(16, 4, 1, 27, 16),
     ModelShape(64, 4, 2, 64, 64),
     ModelShape(64, 8, 1, 27, 33),
