@@ -90,6 +90,39 @@ LANES_FN void transpose_causal(const float *src, int L, int LW, float *restrict 
         }
 }
 
+/* The softmax over keys u < keys of the scores in att rows (g * L + u) * LW + c, one vector per group g <
+ * G (a head, or attention_pairs.h's head pair) and key, given each group's maximum mx[g]: exp phase over
+ * every group, then the normalisation, so the groups' exp -> sum -> division chains overlap. */
+AI void softmax_keys(const int G, float *att, int L, const int LW, int c, int keys, const vf *mx) {
+    vf sum[G];
+    for (int g = 0; g < G; g++) sum[g] = v_zero();
+    for (int u = 0; u < keys; u++)
+        for (int g = 0; g < G; g++) {
+            float *pt = att + (g * L + u) * LW + c;
+            const vf e = v_exp(v_sub(v_load(pt), mx[g]));
+            sum[g] = v_add(sum[g], e);
+            v_store(pt, e);
+        }
+    for (int g = 0; g < G; g++) sum[g] = v_div(v_set1(1.0f), sum[g]);
+    for (int u = 0; u < keys; u++)
+        for (int g = 0; g < G; g++) {
+            float *pt = att + (g * L + u) * LW + c;
+            v_store(pt, v_mul(v_load(pt), sum[g]));
+        }
+}
+
+/* The softmax backward in place, laid out as softmax_keys: dS = P (dP - sum_u P dP) * scale, with ds
+ * holding dP and rowdot[g] the group's sum_u P dP. */
+AI void softmax_keys_backward(const int G, const float *att, float *ds, int L, const int LW, int c, int keys,
+                              const vf *rowdot, float scale) {
+    for (int u = 0; u < keys; u++)
+        for (int g = 0; g < G; g++) {
+            float *dsg = ds + (g * L + u) * LW + c;
+            const vf p = v_load(att + (g * L + u) * LW + c);
+            v_store(dsg, v_mul(v_mul(p, v_sub(v_load(dsg), rowdot[g])), v_set1(scale)));
+        }
+}
+
 #include "attention_pairs.h"
 
 /* Floats of scratch attention_forward and attention_backward need for sequences of up to LW lanes. */
@@ -147,7 +180,7 @@ AI void attention_forward(const int D, const int H, const float *qkv, float *o, 
     const int HD = D / H, QS = 3 * D;
     const float scale = 1.0f / sqrtf((float)HD);
     float *restrict qt = scratch, *restrict ot = scratch + D * LW; /* q^T, out^T: [feature][t] */
-    vf mx[H], sum[H];                                              /* per head, for one query block */
+    vf mx[H];                                                      /* per head, for one query block */
 #if VW == 16
     if (attention_pairs(D, H, L)) {
         attention_forward_pairs(D, H, qkv, o, att, L, scratch);
@@ -157,7 +190,7 @@ AI void attention_forward(const int D, const int H, const float *qkv, float *o, 
     to_lanes(D, qkv, QS, L, LW, qt);
     for (int c = 0; c < LW; c += VW) {
         const int keys = L < c + VW ? L : c + VW;
-        for (int h = 0; h < H; h++) mx[h] = v_set1(-INFINITY), sum[h] = v_zero();
+        for (int h = 0; h < H; h++) mx[h] = v_set1(-INFINITY);
         for (int u = 0; u < keys; u++) /* scores of key u against the block's queries t (valid for t >= u) */
             for (int h = 0; h < H; h++) {
                 const float *k = qkv + u * QS + D + h * HD;
@@ -167,19 +200,7 @@ AI void attention_forward(const int D, const int H, const float *qkv, float *o, 
                 mx[h] = v_max(mx[h], s);
                 v_store(att + (h * L + u) * LW + c, s);
             }
-        for (int u = 0; u < keys; u++)
-            for (int h = 0; h < H; h++) {
-                float *pt = att + (h * L + u) * LW + c;
-                const vf e = v_exp(v_sub(v_load(pt), mx[h]));
-                sum[h] = v_add(sum[h], e);
-                v_store(pt, e);
-            }
-        for (int h = 0; h < H; h++) sum[h] = v_div(v_set1(1.0f), sum[h]);
-        for (int u = 0; u < keys; u++)
-            for (int h = 0; h < H; h++) {
-                float *pt = att + (h * L + u) * LW + c;
-                v_store(pt, v_mul(v_load(pt), sum[h]));
-            }
+        softmax_keys(H, att, L, LW, c, keys, mx);
         for (int h = 0; h < H; h++) /* out^T[j][t] = sum_u v[u][j] P^T[u][t] */
             accumulate_head(HD, qkv + 2 * D + h * HD, QS, att + h * L * LW + c, LW, 0, keys,
                             ot + h * HD * LW + c);
@@ -219,12 +240,7 @@ AI void attention_backward(const int D, const int H, const float *qkv, const flo
                 rowdot[h] = v_fma(v_load(att + (h * L + u) * LW + c), dp, rowdot[h]);
                 v_store(ds_t + (h * L + u) * LW + c, dp);
             }
-        for (int u = 0; u < keys; u++) /* dS = P (dP - sum_u P dP), times the score scale */
-            for (int h = 0; h < H; h++) {
-                float *dsh = ds_t + (h * L + u) * LW + c;
-                const vf p = v_load(att + (h * L + u) * LW + c);
-                v_store(dsh, v_mul(v_mul(p, v_sub(v_load(dsh), rowdot[h])), v_set1(scale)));
-            }
+        softmax_keys_backward(H, att, ds_t, L, LW, c, keys, rowdot, scale);
         for (int h = 0; h < H; h++) /* dq^T[j][t] = sum_u k[u][j] dS^T[u][t] */
             accumulate_head(HD, qkv + D + h * HD, QS, ds_t + h * L * LW + c, LW, 0, keys, dqt + h * HD * LW + c);
     }

@@ -74,9 +74,9 @@ AI void attention_forward_pairs(const int D, const int H, const float *qkv, floa
     const int HD = D / H, HP = H / 2, QS = 3 * D;
     const float scale = 1.0f / sqrtf((float)HD);
     float *restrict lanes = scratch, *restrict qp = lanes + D * VW; /* lane rows; q paired (positions t) */
-    vf mx[HP], sum[HP];
+    vf mx[HP];
     pair_operand(D, H, qkv, QS, L, lanes, qp);
-    for (int hp = 0; hp < HP; hp++) mx[hp] = v_set1(-INFINITY), sum[hp] = v_zero();
+    for (int hp = 0; hp < HP; hp++) mx[hp] = v_set1(-INFINITY);
     for (int u = 0; u < L; u++) {
         const float *k = qkv + u * QS + D;
         for (int hp = 0; hp < HP; hp++) {
@@ -90,19 +90,7 @@ AI void attention_forward_pairs(const int D, const int H, const float *qkv, floa
             v_store(att + (hp * L + u) * VW, s);
         }
     }
-    for (int u = 0; u < L; u++)
-        for (int hp = 0; hp < HP; hp++) {
-            float *pt = att + (hp * L + u) * VW;
-            const vf e = v_exp(v_sub(v_load(pt), mx[hp]));
-            sum[hp] = v_add(sum[hp], e);
-            v_store(pt, e);
-        }
-    for (int hp = 0; hp < HP; hp++) sum[hp] = v_div(v_set1(1.0f), sum[hp]);
-    for (int u = 0; u < L; u++)
-        for (int hp = 0; hp < HP; hp++) {
-            float *pt = att + (hp * L + u) * VW;
-            v_store(pt, v_mul(v_load(pt), sum[hp]));
-        }
+    softmax_keys(HP, att, L, VW, 0, L, mx);
     for (int hp = 0; hp < HP; hp++) /* out^T[j][t] = sum_u v[u][j] P^T[u][t] */
         for (int j = 0; j < HD; j++) {
             const int a = 2 * hp * HD + j;
@@ -136,12 +124,7 @@ AI void attention_backward_pairs(const int D, const int H, const float *qkv, con
             v_store(ds + (hp * L + u) * VW, dp);
         }
     }
-    for (int u = 0; u < L; u++) /* dS = P (dP - sum_u P dP), times the score scale */
-        for (int hp = 0; hp < HP; hp++) {
-            float *dsh = ds + (hp * L + u) * VW;
-            const vf p = v_load(att + (hp * L + u) * VW);
-            v_store(dsh, v_mul(v_mul(p, v_sub(v_load(dsh), rowdot[hp])), v_set1(scale)));
-        }
+    softmax_keys_backward(HP, att, ds, L, VW, 0, L, rowdot, scale);
     for (int hp = 0; hp < HP; hp++) {
         for (int j = 0; j < HD; j++) { /* dq^T[j][t] = sum_u k[u][j] dS^T[u][t] */
             const int a = 2 * hp * HD + j;
