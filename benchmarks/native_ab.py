@@ -29,13 +29,13 @@ from typing import Any
 import cffi
 import numpy as np
 
-from eemicrogpt_core.backend import TrainState
-from eemicrogpt_core.bench import BENCH_STREAM, Form, step_flops, synthetic_data
-from eemicrogpt_core.data import BatchSampler, Dataset, encode, read_names
-from eemicrogpt_core.model import DEFAULT_CONTEXT, NAMES_VOCAB, ModelShape, init_params
-from eemicrogpt_core.native import NativeSession
-from eemicrogpt_core.optim import lr_schedule
-from eemicrogpt_core.vocab import Vocabulary
+from eemicrogpt_core.backends.backend import TrainState
+from eemicrogpt_core.backends.native import NativeSession
+from eemicrogpt_core.data.names import BatchSampler, Dataset, encode, read_names
+from eemicrogpt_core.model.optim import lr_schedule
+from eemicrogpt_core.model.shape import DEFAULT_CONTEXT, NAMES_VOCAB, ModelShape, init_params
+from eemicrogpt_core.model.vocab import Vocabulary
+from eemicrogpt_core.tools.bench import BENCH_STREAM, Form, step_flops, synthetic_data
 
 V1_SEQ = 16  # tokens per row in ABI version 1
 # ABI version 1's functions as its header declared them (only those this script calls).

@@ -24,12 +24,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from eemicrogpt_core.backend import TrainState
-from eemicrogpt_core.bench import BENCH_STREAM, Form, step_flops, synthetic_data
-from eemicrogpt_core.data import BatchSampler
-from eemicrogpt_core.model import init_params
-from eemicrogpt_core.native import NativeSession
-from eemicrogpt_core.optim import lr_schedule
+from eemicrogpt_core.backends.backend import TrainState
+from eemicrogpt_core.backends.native import NativeSession
+from eemicrogpt_core.data.names import BatchSampler
+from eemicrogpt_core.model.optim import lr_schedule
+from eemicrogpt_core.model.shape import init_params
+from eemicrogpt_core.tools.bench import BENCH_STREAM, Form, step_flops, synthetic_data
 
 
 @dataclass

@@ -24,12 +24,12 @@ from pathlib import Path
 
 from rich.console import Console
 
-from eemicrogpt_core.datafile import ENV_VAR
+from eemicrogpt_core.backends.topology import physical_cores
+from eemicrogpt_core.data.datafile import ENV_VAR
 from eemicrogpt_core.sweep.driver import prepare_runs, run_sweep
 from eemicrogpt_core.sweep.local import LocalExecutor
 from eemicrogpt_core.sweep.progress import SweepProgress
 from eemicrogpt_core.sweep.spec import parse_spec
-from eemicrogpt_core.topology import physical_cores
 
 
 def timed_sweep(spec_data: dict, workers: int, data: str | None) -> tuple[float, list[dict]]:

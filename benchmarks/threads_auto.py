@@ -21,9 +21,9 @@ import statistics
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 
-from eemicrogpt_core.config import TrainConfig, preset
-from eemicrogpt_core.registry import load_registry
-from eemicrogpt_core.trainer import NullReporter, train
+from eemicrogpt_core.backends.registry import load_registry
+from eemicrogpt_core.training.config import TrainConfig, preset
+from eemicrogpt_core.training.trainer import NullReporter, train
 
 SETTINGS: dict[str, int | None] = {"auto": None, "1 thread": 1, "2 threads": 2}
 

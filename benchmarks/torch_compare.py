@@ -35,11 +35,11 @@ from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from eemicrogpt_core.backend import TrainState  # noqa: E402
-from eemicrogpt_core.data import BatchSampler, encode, read_names  # noqa: E402
-from eemicrogpt_core.model import MAX_SEQ, RMS_EPS, VOCAB, ModelShape, default_heads, init_params, views  # noqa: E402
-from eemicrogpt_core.optim import ADAM_BETA1, ADAM_BETA2, ADAM_EPS, lr_schedule  # noqa: E402
-from eemicrogpt_core.registry import load_registry, open_session  # noqa: E402
+from eemicrogpt_core.backends.backend import TrainState  # noqa: E402
+from eemicrogpt_core.backends.registry import load_registry, open_session  # noqa: E402
+from eemicrogpt_core.data.names import BatchSampler, encode, read_names  # noqa: E402
+from eemicrogpt_core.model.optim import ADAM_BETA1, ADAM_BETA2, ADAM_EPS, lr_schedule  # noqa: E402
+from eemicrogpt_core.model.shape import MAX_SEQ, RMS_EPS, VOCAB, ModelShape, default_heads, init_params, views  # noqa: E402
 
 DEFAULT_NAMES = Path(__file__).resolve().parents[2] / "shared" / "data" / "names.txt"
 STEPS_PER_ROUND = {16: 40, 32: 30, 64: 12, 128: 4}  # per contender per round: a few ms to ~0.1 s each

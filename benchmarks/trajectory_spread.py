@@ -4,7 +4,7 @@ land from numpy_ref float64 in windows restarted from the reference's states and
     python benchmarks/trajectory_spread.py avx512,avx2,numpy_ref:float32
     OPENBLAS_CORETYPE=Haswell python benchmarks/trajectory_spread.py numpy_ref:float32   # other BLAS kernels
 
-Inputs, windows and learning rates are the kit's defaults (eemicrogpt_core.testing.BackendConformance).
+Inputs, windows and learning rates are the kit's defaults (eemicrogpt_core.kit.conformance.BackendConformance).
 docs/testing-trajectories.md records the figures and the bounds derived from them.
 """
 
@@ -14,9 +14,9 @@ import argparse
 
 import numpy as np
 
-from eemicrogpt_core.backend import TrainState
-from eemicrogpt_core.registry import load_registry, open_session
-from eemicrogpt_core.testing import BackendConformance, relative_errors
+from eemicrogpt_core.backends.backend import TrainState
+from eemicrogpt_core.backends.registry import load_registry, open_session
+from eemicrogpt_core.kit.conformance import BackendConformance, relative_errors
 
 
 def spread(kit: BackendConformance, backend: str, dtype: str, d_model: int) -> str:

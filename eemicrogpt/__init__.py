@@ -10,7 +10,7 @@ kind). docs/python-api.md documents it.
 """
 
 from eemicrogpt_core._version import __version__
-from eemicrogpt_core.errors import (
+from eemicrogpt_core.base.errors import (
     BackendSelectionError,
     BatchError,
     CheckpointError,
@@ -20,9 +20,8 @@ from eemicrogpt_core.errors import (
     NonFiniteError,
     StorageError,
 )
-from eemicrogpt_core.trainer import TrainingDiverged
-
-from .api import Run, load, train
+from eemicrogpt_core.interface.api import Run, load, train
+from eemicrogpt_core.training.trainer import TrainingDiverged
 
 __all__ = [
     "BackendSelectionError",

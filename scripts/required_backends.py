@@ -12,7 +12,7 @@ import importlib
 import sys
 from collections.abc import Callable, Iterator
 
-from eemicrogpt_core.cpu_features import ARM_MACHINES, machine
+from eemicrogpt_core.backends.cpu_features import ARM_MACHINES, machine
 
 X86_MACHINES = ("x86_64", "amd64")
 PORTABLE = ("numpy_ref", "example_c", "example_py")

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from eemicrogpt_core import testing
-from eemicrogpt_core.registry import BackendRegistry, load_registry
+from eemicrogpt_core.backends.registry import BackendRegistry, load_registry
+from eemicrogpt_core.kit import conformance as testing
 
 # pytester runs generated subclasses of the conformance kit (tests/test_conformance_kit.py).
 pytest_plugins = ["pytester"]

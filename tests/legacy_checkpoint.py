@@ -10,9 +10,9 @@ from typing import Any
 
 import numpy as np
 
-from eemicrogpt_core.checkpoint import Checkpoint, load_checkpoint
-from eemicrogpt_core.model import ModelShape
-from eemicrogpt_core.vocab import Vocabulary
+from eemicrogpt_core.model.shape import ModelShape
+from eemicrogpt_core.model.vocab import Vocabulary
+from eemicrogpt_core.training.checkpoint import Checkpoint, load_checkpoint
 
 LEGACY_KEYS = ("n_layers", "context", "lowercase")  # config keys that format 2 did not have
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from eemicrogpt_core.trainer import NullReporter
+from eemicrogpt_core.training.trainer import NullReporter
 
 
 class StopAt(NullReporter):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from eemicrogpt_core.adaptive_threads import (
+from eemicrogpt_core.backends.adaptive_threads import (
     PROBE_CHUNK_SECONDS,
     PROBE_CHUNKS,
     REPROBE_SECONDS,

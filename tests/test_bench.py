@@ -10,11 +10,12 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from eemicrogpt_core import bench, cli
-from eemicrogpt_core.data import encode, read_names
-from eemicrogpt_core.model import DEFAULT_CONTEXT, ModelShape
-from eemicrogpt_core.registry import load_registry
-from eemicrogpt_core.vocab import Vocabulary
+from eemicrogpt_core.backends.registry import load_registry
+from eemicrogpt_core.data.names import encode, read_names
+from eemicrogpt_core.interface import cli
+from eemicrogpt_core.model.shape import DEFAULT_CONTEXT, ModelShape
+from eemicrogpt_core.model.vocab import Vocabulary
+from eemicrogpt_core.tools import bench
 
 
 def test_flops_by_hand_for_a_tiny_model() -> None:
@@ -158,8 +159,8 @@ def test_bench_that_measures_nothing_fails(names_file: Path, monkeypatch: pytest
 
     from eemicrogpt_backend_numpy.session import NumpySession
 
-    from eemicrogpt_core.backend import BackendSpec, ProbeResult
-    from eemicrogpt_core.hookspec import hookimpl
+    from eemicrogpt_core.backends.backend import BackendSpec, ProbeResult
+    from eemicrogpt_core.backends.hookspec import hookimpl
 
     plugin = types.ModuleType("only32")
     plugin.eemicrogpt_backends = hookimpl(lambda: [BackendSpec("only32", "d", lambda: ProbeResult.ok(1), NumpySession,

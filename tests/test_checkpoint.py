@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 from legacy_checkpoint import read_meta, write_format_2, write_members
 
-from eemicrogpt_core.backend import TrainState
-from eemicrogpt_core.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
-from eemicrogpt_core.config import TrainConfig
-from eemicrogpt_core.data import BatchSampler, encode
-from eemicrogpt_core.errors import CheckpointError
-from eemicrogpt_core.model import ModelShape, views
-from eemicrogpt_core.vocab import Vocabulary
+from eemicrogpt_core.backends.backend import TrainState
+from eemicrogpt_core.base.errors import CheckpointError
+from eemicrogpt_core.data.names import BatchSampler, encode
+from eemicrogpt_core.model.shape import ModelShape, views
+from eemicrogpt_core.model.vocab import Vocabulary
+from eemicrogpt_core.training.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
+from eemicrogpt_core.training.config import TrainConfig
 
 CFG = TrainConfig(d_model=16, steps=100, data="/somewhere/names.txt")
 NAMES = Vocabulary.names()

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from eemicrogpt_core.config import TrainConfig
-from eemicrogpt_core.errors import CheckpointError
-from eemicrogpt_core.rundir import RunDir
+from eemicrogpt_core.base.errors import CheckpointError
+from eemicrogpt_core.training.config import TrainConfig
+from eemicrogpt_core.training.rundir import RunDir
 
 
 def test_default_names_are_unique(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -17,15 +17,17 @@ import pytest
 import typer.main
 from typer.testing import CliRunner
 
-from eemicrogpt_core import cli, config, datafile
-from eemicrogpt_core.backend import BackendSpec, ProbeResult
-from eemicrogpt_core.checkpoint import load_checkpoint
-from eemicrogpt_core.config import TrainConfig
-from eemicrogpt_core.errors import ConfigError
-from eemicrogpt_core.hookspec import hookimpl
-from eemicrogpt_core.registry import load_registry
-from eemicrogpt_core.rundir import RunDir
-from eemicrogpt_core.trainer import NullReporter, train
+from eemicrogpt_core.backends.backend import BackendSpec, ProbeResult
+from eemicrogpt_core.backends.hookspec import hookimpl
+from eemicrogpt_core.backends.registry import load_registry
+from eemicrogpt_core.base.errors import ConfigError
+from eemicrogpt_core.data import datafile
+from eemicrogpt_core.interface import cli
+from eemicrogpt_core.training import config
+from eemicrogpt_core.training.checkpoint import load_checkpoint
+from eemicrogpt_core.training.config import TrainConfig
+from eemicrogpt_core.training.rundir import RunDir
+from eemicrogpt_core.training.trainer import NullReporter, train
 
 UNIFORM_LOSS = 3.296
 # 256 distinct characters, each twice except U+0150 (once): one more than a vocabulary holds
@@ -222,7 +224,7 @@ def test_sample_bad_inputs(trained: tuple[Path, Any], tmp_path: Path) -> None:
 
 def test_console_script_error_has_no_traceback(tmp_path: Path) -> None:
     proc = subprocess.run(
-        [sys.executable, "-c", "from eemicrogpt_core.cli import app; app()", "train", "--config",
+        [sys.executable, "-c", "from eemicrogpt_core.interface.cli import app; app()", "train", "--config",
          str(tmp_path / "absent.yaml")],
         capture_output=True, text=True, timeout=60,
     )

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from eemicrogpt_core import abi
-from eemicrogpt_core import config as config_module
-from eemicrogpt_core.config import PRESETS, TrainConfig, load_config, preset, resolve_backend
-from eemicrogpt_core.errors import ConfigError
+from eemicrogpt_core.base import abi
+from eemicrogpt_core.base.errors import ConfigError
+from eemicrogpt_core.training import config as config_module
+from eemicrogpt_core.training.config import PRESETS, TrainConfig, load_config, preset, resolve_backend
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 from eemicrogpt_backend_numpy.session import NumpySession
 
-from eemicrogpt_core.backend import BackendSpec, ProbeResult, TrainState
-from eemicrogpt_core.hookspec import hookimpl
-from eemicrogpt_core.model import ModelShape
-from eemicrogpt_core.testing import REQUIRE_ENV, BackendConformance, relative_errors
+from eemicrogpt_core.backends.backend import BackendSpec, ProbeResult, TrainState
+from eemicrogpt_core.backends.hookspec import hookimpl
+from eemicrogpt_core.kit.conformance import REQUIRE_ENV, BackendConformance, relative_errors
+from eemicrogpt_core.model.shape import ModelShape
 
 
 class GradientOff(NumpySession):
@@ -227,7 +227,7 @@ def test_uninstalled_backend_fails_never_skips(monkeypatch: pytest.MonkeyPatch, 
 def test_uninstalled_backend_makes_the_run_fail(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(
         """
-        from eemicrogpt_core.testing import BackendConformance
+        from eemicrogpt_core.kit.conformance import BackendConformance
 
         class TestMissing(BackendConformance):
             backend_name = "no_such_backend"
@@ -279,7 +279,7 @@ def test_kit_shapes_follow_heads_for() -> None:
 def test_subclass_collects_per_size_and_honours_declared_skips(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(
         """
-        from eemicrogpt_core.testing import BackendConformance
+        from eemicrogpt_core.kit.conformance import BackendConformance
 
         class TestSmall(BackendConformance):
             backend_name = "numpy_ref"

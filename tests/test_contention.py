@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from eemicrogpt_core.config import build_config
-from eemicrogpt_core.contention import SLOWDOWN_LIMIT, Contention
-from eemicrogpt_core.registry import load_registry
-from eemicrogpt_core.testing import names_file
-from eemicrogpt_core.trainer import train
+from eemicrogpt_core.backends.registry import load_registry
+from eemicrogpt_core.kit.conformance import names_file
+from eemicrogpt_core.training.config import build_config
+from eemicrogpt_core.training.contention import SLOWDOWN_LIMIT, Contention
+from eemicrogpt_core.training.trainer import train
 
 
 def test_quiet_and_busy_verdicts() -> None:

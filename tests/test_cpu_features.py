@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from eemicrogpt_core import cpu_features
+from eemicrogpt_core.backends import cpu_features
 
 
 def test_machine_is_lower_case_platform_machine() -> None:

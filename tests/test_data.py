@@ -7,10 +7,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from eemicrogpt_core.data import PAD, BatchSampler, encode, fixed_batches, parse_names, read_names, split
-from eemicrogpt_core.errors import DataError
-from eemicrogpt_core.model import DEFAULT_CONTEXT
-from eemicrogpt_core.vocab import Vocabulary
+from eemicrogpt_core.base.errors import DataError
+from eemicrogpt_core.data.names import PAD, BatchSampler, encode, fixed_batches, parse_names, read_names, split
+from eemicrogpt_core.model.shape import DEFAULT_CONTEXT
+from eemicrogpt_core.model.vocab import Vocabulary
 
 NAMES = Vocabulary.names()  # a..z = 0..25, boundary 26
 B = NAMES.boundary

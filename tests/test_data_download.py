@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from eemicrogpt_core import datafile
-from eemicrogpt_core.datafile import fetch_verified, resolve_data_path
-from eemicrogpt_core.errors import DataError
+from eemicrogpt_core.base.errors import DataError
+from eemicrogpt_core.data import datafile
+from eemicrogpt_core.data.datafile import fetch_verified, resolve_data_path
 
 CONTENT = b"emma\nolivia\nava\n"
 SHA = hashlib.sha256(CONTENT).hexdigest()

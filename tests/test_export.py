@@ -14,11 +14,11 @@ from extras import import_extra
 from typer.testing import CliRunner
 
 import eemicrogpt
-from eemicrogpt_core.cli import app
-from eemicrogpt_core.errors import CheckpointError
-from eemicrogpt_core.model import ModelShape, init_params
-from eemicrogpt_core.sampling import forward_logits, generate
-from eemicrogpt_core.vocab import Vocabulary
+from eemicrogpt_core.base.errors import CheckpointError
+from eemicrogpt_core.interface.cli import app
+from eemicrogpt_core.model.sampling import forward_logits, generate
+from eemicrogpt_core.model.shape import ModelShape, init_params
+from eemicrogpt_core.model.vocab import Vocabulary
 
 safetensors_numpy = import_extra("safetensors.numpy", "pip install -e '.[test]'")
 
@@ -136,7 +136,7 @@ def test_torch_module_of_a_trained_run(torch: ModuleType, run: eemicrogpt.Run) -
 
 
 def test_torch_export_loads_into_the_module(torch: ModuleType, run: eemicrogpt.Run, tmp_path: Path) -> None:
-    from eemicrogpt_core.torch_model import load_export
+    from eemicrogpt_core.tools.torch_model import load_export
 
     path = run.export(tmp_path / "m.pt", format="torch")
     module, vocab = load_export(path)
@@ -149,7 +149,7 @@ def test_torch_export_loads_into_the_module(torch: ModuleType, run: eemicrogpt.R
 
 
 def test_cli_exports_torch(torch: ModuleType, run: eemicrogpt.Run, tmp_path: Path) -> None:
-    from eemicrogpt_core.torch_model import load_export
+    from eemicrogpt_core.tools.torch_model import load_export
 
     out = tmp_path / "cli.pt"
     result = CliRunner().invoke(app, ["export", str(run.run_dir), "--out", str(out), "--format", "torch"])
@@ -161,7 +161,7 @@ def test_cli_exports_torch(torch: ModuleType, run: eemicrogpt.Run, tmp_path: Pat
 
 
 def test_load_export_refuses_a_foreign_file(torch: ModuleType, tmp_path: Path) -> None:
-    from eemicrogpt_core.torch_model import load_export
+    from eemicrogpt_core.tools.torch_model import load_export
 
     not_torch = tmp_path / "names.pt"
     not_torch.write_text("anna\n")

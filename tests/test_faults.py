@@ -29,22 +29,28 @@ import pytest
 from reporters import StopAt
 from typer.testing import CliRunner
 
-from eemicrogpt_core import __version__, atomic, checkpoint, cli, datafile
-from eemicrogpt_core.backend import TrainState
-from eemicrogpt_core.checkpoint import load_checkpoint
-from eemicrogpt_core.config import TrainConfig, load_config
-from eemicrogpt_core.data import BatchSampler, encode, read_names
-from eemicrogpt_core.errors import CheckpointError, ConfigError
-from eemicrogpt_core.limits import check_memory
-from eemicrogpt_core.model import DEFAULT_CONTEXT, ModelShape, init_params
-from eemicrogpt_core.registry import BackendRegistry, open_session
-from eemicrogpt_core.rundir import RunDir
-from eemicrogpt_core.trainer import NullReporter, train
-from eemicrogpt_core.validate import SessionBusyError, ValidatedSession
-from eemicrogpt_core.vocab import Vocabulary
+from eemicrogpt_core import __version__
+from eemicrogpt_core.backends.backend import TrainState
+from eemicrogpt_core.backends.registry import BackendRegistry, open_session
+from eemicrogpt_core.backends.validate import SessionBusyError, ValidatedSession
+from eemicrogpt_core.base import atomic
+from eemicrogpt_core.base.errors import CheckpointError, ConfigError
+from eemicrogpt_core.data import datafile
+from eemicrogpt_core.data.names import BatchSampler, encode, read_names
+from eemicrogpt_core.interface import cli
+from eemicrogpt_core.model.shape import DEFAULT_CONTEXT, ModelShape, init_params
+from eemicrogpt_core.model.vocab import Vocabulary
+from eemicrogpt_core.training import checkpoint
+from eemicrogpt_core.training.checkpoint import load_checkpoint
+from eemicrogpt_core.training.config import TrainConfig, load_config
+from eemicrogpt_core.training.limits import check_memory
+from eemicrogpt_core.training.rundir import RunDir
+from eemicrogpt_core.training.trainer import NullReporter, train
 
 RUNNER = CliRunner()
 TINY = ["--d-model", "16", "--log-every", "100"]
+
+CLI = "from eemicrogpt_core.interface.cli import app; app()"  # the eemicrogpt command in this interpreter
 
 
 def run(*args: str, env: dict[str, str] | None = None):
@@ -328,7 +334,7 @@ def test_an_inherited_sig_ign_is_respected(registry: BackendRegistry, names_file
 def test_sigterm_to_the_cli_saves_and_exits_143(names_file: Path, tmp_path: Path) -> None:
     out = tmp_path / "run"
     proc = subprocess.Popen(
-        [sys.executable, "-c", "from eemicrogpt_core.cli import app; app()", "train", "--backend", "numpy_ref",
+        [sys.executable, "-c", CLI, "train", "--backend", "numpy_ref",
          "--data", str(names_file), "--d-model", "16", "--steps", "100000", "--log-every", "20", "--out", str(out)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from eemicrogpt_core import hookspec
+from eemicrogpt_core.backends import hookspec
 
 HOOKS = [
     name for name, fn in inspect.getmembers(hookspec, inspect.isfunction)

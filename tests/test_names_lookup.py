@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from eemicrogpt_core import datafile
-from eemicrogpt_core.datafile import CACHE_ENV_VAR, DEFAULT_SHA256, ENV_VAR, find_names_file
+from eemicrogpt_core.data import datafile
+from eemicrogpt_core.data.datafile import CACHE_ENV_VAR, DEFAULT_SHA256, ENV_VAR, find_names_file
 
 
 def test_env_var_wins_even_when_its_file_is_missing(tmp_path: Path) -> None:

@@ -13,10 +13,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from eemicrogpt_core import cli, names_reader
-from eemicrogpt_core.data import read_names
-from eemicrogpt_core.errors import DataError
-from eemicrogpt_core.names_reader import read_name_lines
+from eemicrogpt_core.base.errors import DataError
+from eemicrogpt_core.data import names_reader
+from eemicrogpt_core.data.names import read_names
+from eemicrogpt_core.data.names_reader import read_name_lines
+from eemicrogpt_core.interface import cli
 
 
 def write(path: Path, data: bytes) -> Path:

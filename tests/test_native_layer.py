@@ -1,10 +1,10 @@
-"""Every C-side fact of the model, checked against eemicrogpt_core/model.py (and optim.py, abi.py, native.py).
+"""Every C-side fact of the model, checked against eemicrogpt_core/model/shape.py (and optim.py, abi.py, native.py).
 
 A tiny C program includes the shared layer's header (include/emg_backend.h, which every native backend
 builds on), prints its constants, the parameter layout of a set of shapes (emg_layout_of, emg_layer_offset
 and the EMG_LAYER_* offsets), the shape rule over a grid and the emg_shape struct's layout, and the test
 compares each number with the Python definition. The ABI behaviour itself is tested per backend by
-eemicrogpt_core/abi_testing.py.
+eemicrogpt_core/kit/abi_contract.py.
 """
 
 from __future__ import annotations
@@ -17,8 +17,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from eemicrogpt_core import abi, model, native, optim
-from eemicrogpt_core.model import LAYER_TENSORS, ModelShape, layer_tensor
+from eemicrogpt_core.backends import native
+from eemicrogpt_core.base import abi
+from eemicrogpt_core.model import optim
+from eemicrogpt_core.model import shape as model
+from eemicrogpt_core.model.shape import LAYER_TENSORS, ModelShape, layer_tensor
 
 # (d_model, n_heads, n_layers, vocab, context): the seed's shapes, the envelope's corners, non-powers of two
 LAYOUT_SHAPES = [

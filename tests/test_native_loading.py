@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 import cffi
 import pytest
 
-from eemicrogpt_core import native
+from eemicrogpt_core.backends import native
 
 
 class SlowFFI(cffi.FFI):

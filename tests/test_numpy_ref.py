@@ -11,13 +11,13 @@ import pytest
 from eemicrogpt_backend_numpy.session import NumpySession
 from eemicrogpt_backend_numpy.step import Adam
 
-from eemicrogpt_core.backend import BackendSession, TrainState
-from eemicrogpt_core.errors import NonFiniteError
-from eemicrogpt_core.model import NAMES_VOCAB, ModelShape, init_params, layer_tensor, views
-from eemicrogpt_core.optim import adam_update, lr_schedule
-from eemicrogpt_core.registry import load_registry, open_session
-from eemicrogpt_core.testing import load_names, make_batches, synthetic_batches
-from eemicrogpt_core.vocab import Vocabulary
+from eemicrogpt_core.backends.backend import BackendSession, TrainState
+from eemicrogpt_core.backends.registry import load_registry, open_session
+from eemicrogpt_core.base.errors import NonFiniteError
+from eemicrogpt_core.kit.conformance import load_names, make_batches, synthetic_batches
+from eemicrogpt_core.model.optim import adam_update, lr_schedule
+from eemicrogpt_core.model.shape import NAMES_VOCAB, ModelShape, init_params, layer_tensor, views
+from eemicrogpt_core.model.vocab import Vocabulary
 
 NAMES = Vocabulary.names()
 BOUNDARY = NAMES.boundary

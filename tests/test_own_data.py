@@ -14,12 +14,12 @@ import pytest
 from legacy_checkpoint import read_meta, rewrite_run_as_format_2
 from typer.testing import CliRunner
 
-from eemicrogpt_core import cli
-from eemicrogpt_core.checkpoint import load_checkpoint
-from eemicrogpt_core.registry import load_registry
-from eemicrogpt_core.rundir import RunDir
-from eemicrogpt_core.trainer import NullReporter, train
-from eemicrogpt_core.vocab import Vocabulary
+from eemicrogpt_core.backends.registry import load_registry
+from eemicrogpt_core.interface import cli
+from eemicrogpt_core.model.vocab import Vocabulary
+from eemicrogpt_core.training.checkpoint import load_checkpoint
+from eemicrogpt_core.training.rundir import RunDir
+from eemicrogpt_core.training.trainer import NullReporter, train
 
 RUNNER = CliRunner()
 TINY = ["--backend", "numpy_ref", "--d-model", "16", "--steps", "30", "--log-every", "15", "--lr", "0.01"]

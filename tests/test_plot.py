@@ -13,11 +13,11 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from eemicrogpt_core import bench
-from eemicrogpt_core.cli import app
-from eemicrogpt_core.plot import build_figures, pareto_front
-from eemicrogpt_core.rundir import RunDir
+from eemicrogpt_core.interface.cli import app
 from eemicrogpt_core.sweep.results import ResultStore
+from eemicrogpt_core.tools import bench
+from eemicrogpt_core.tools.plot import build_figures, pareto_front
+from eemicrogpt_core.training.rundir import RunDir
 
 pytest.importorskip("matplotlib", reason="matplotlib not installed: pip install 'eemicrogpt[plot]'")
 
@@ -180,7 +180,7 @@ def test_cli_bad_inputs_are_one_line_errors(tmp_path: Path, sweep_dir: Path) -> 
 
 
 def test_without_matplotlib_plot_says_how_to_install_it(sweep_dir: Path, tmp_path: Path) -> None:
-    code = "import sys; sys.modules['matplotlib'] = None; from eemicrogpt_core.cli import app; app()"
+    code = "import sys; sys.modules['matplotlib'] = None; from eemicrogpt_core.interface.cli import app; app()"
     proc = subprocess.run([sys.executable, "-c", code, "plot", str(sweep_dir), "--out", str(tmp_path / "o")],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "pip install 'eemicrogpt[plot]'" in proc.stderr

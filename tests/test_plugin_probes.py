@@ -15,16 +15,18 @@ from pathlib import Path
 
 import pytest
 
-from eemicrogpt_core import plugin_guard, probe_memory
-from eemicrogpt_core.backend import BackendSpec, ProbeResult
-from eemicrogpt_core.errors import BackendSelectionError
-from eemicrogpt_core.hookspec import hookimpl
-from eemicrogpt_core.model import ModelShape
-from eemicrogpt_core.plugin_guard import TIMEOUT_ENV
-from eemicrogpt_core.registry import load_registry
+from eemicrogpt_core.backends import plugin_guard, probe_memory
+from eemicrogpt_core.backends.backend import BackendSpec, ProbeResult
+from eemicrogpt_core.backends.hookspec import hookimpl
+from eemicrogpt_core.backends.plugin_guard import TIMEOUT_ENV
+from eemicrogpt_core.backends.registry import load_registry
+from eemicrogpt_core.base.errors import BackendSelectionError
+from eemicrogpt_core.model.shape import ModelShape
 
 SHAPE = ModelShape(16, 4)
 NEVER = threading.Event()
+
+CLI = "from eemicrogpt_core.interface.cli import app; app()"  # the eemicrogpt command in this interpreter
 
 
 def _numpy_session(shape, batch, dtype):
@@ -90,8 +92,8 @@ def fake_distribution(root: Path, name: str, module: str, body: str) -> None:
 HANGING = """
     import threading
     from pathlib import Path
-    from eemicrogpt_core.backend import BackendSpec, ProbeResult
-    from eemicrogpt_core.hookspec import hookimpl
+    from eemicrogpt_core.backends.backend import BackendSpec, ProbeResult
+    from eemicrogpt_core.backends.hookspec import hookimpl
 
     def probe():
         with open({calls!r}, "a") as f:
@@ -152,7 +154,7 @@ def test_train_with_a_named_backend_never_probes_a_hung_plugin(hanging_distribut
                                                               tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "site"), os.environ.get("PYTHONPATH", "")]),
            TIMEOUT_ENV: "20"}
-    proc = subprocess.run([sys.executable, "-c", "from eemicrogpt_core.cli import app; app()", "train", "--backend",
+    proc = subprocess.run([sys.executable, "-c", CLI, "train", "--backend",
                            "numpy_ref", "--data", str(names_file), "--d-model", "16", "--steps", "20", "--log-every",
                            "10", "--out", str(tmp_path / "run")], capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -161,7 +163,7 @@ def test_train_with_a_named_backend_never_probes_a_hung_plugin(hanging_distribut
 
 HANGING_HOOK = """
     import threading
-    from eemicrogpt_core.hookspec import hookimpl
+    from eemicrogpt_core.backends.hookspec import hookimpl
 
     @hookimpl
     def eemicrogpt_backends():

@@ -17,15 +17,16 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from eemicrogpt_core import bench, cli
-from eemicrogpt_core.backend import BackendSpec, ProbeResult
-from eemicrogpt_core.data import encode, read_names
-from eemicrogpt_core.errors import BackendSelectionError
-from eemicrogpt_core.hookspec import hookimpl
-from eemicrogpt_core.model import DEFAULT_CONTEXT, ModelShape
-from eemicrogpt_core.plugin_guard import TIMEOUT_ENV
-from eemicrogpt_core.registry import load_registry, peak_gflops
-from eemicrogpt_core.vocab import Vocabulary
+from eemicrogpt_core.backends.backend import BackendSpec, ProbeResult
+from eemicrogpt_core.backends.hookspec import hookimpl
+from eemicrogpt_core.backends.plugin_guard import TIMEOUT_ENV
+from eemicrogpt_core.backends.registry import load_registry, peak_gflops
+from eemicrogpt_core.base.errors import BackendSelectionError
+from eemicrogpt_core.data.names import encode, read_names
+from eemicrogpt_core.interface import cli
+from eemicrogpt_core.model.shape import DEFAULT_CONTEXT, ModelShape
+from eemicrogpt_core.model.vocab import Vocabulary
+from eemicrogpt_core.tools import bench
 
 SHAPE = ModelShape(16, 4)
 NEVER = threading.Event()  # never set: a probe waiting on it hangs for good
@@ -168,8 +169,8 @@ def _fake_distribution(root: Path, name: str, module: str, entry_point: str, bod
 
 
 PLUGIN_BODY = """
-    from eemicrogpt_core.backend import BackendSpec, ProbeResult
-    from eemicrogpt_core.hookspec import hookimpl
+    from eemicrogpt_core.backends.backend import BackendSpec, ProbeResult
+    from eemicrogpt_core.backends.hookspec import hookimpl
 
     @hookimpl({marks})
     def eemicrogpt_backends():
@@ -288,8 +289,8 @@ def test_bench_cli_shows_the_failed_row_and_exits_1(names_file: Path, monkeypatc
 def test_loss_at_keeps_going_past_a_size_that_fails(names_file: Path) -> None:
     from eemicrogpt_backend_numpy.session import NumpySession
 
-    from eemicrogpt_core.data import split
-    from eemicrogpt_core.trainer import PreparedData
+    from eemicrogpt_core.data.names import split
+    from eemicrogpt_core.training.trainer import PreparedData
 
     class FailsAtD32(NumpySession):
         def train_steps(self, tokens, lengths, lrs):

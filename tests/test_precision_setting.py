@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from eemicrogpt_core import cli
-from eemicrogpt_core.config import load_config
-from eemicrogpt_core.errors import ConfigError
+from eemicrogpt_core.base.errors import ConfigError
+from eemicrogpt_core.interface import cli
+from eemicrogpt_core.training.config import load_config
 
 
 def test_config_key(tmp_path: Path) -> None:

@@ -20,13 +20,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from eemicrogpt_core.backend import TrainState
-from eemicrogpt_core.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
-from eemicrogpt_core.config import TrainConfig, build_config, dump_yaml, parse_yaml, read_yaml
-from eemicrogpt_core.data import BatchSampler, encode, parse_names, read_names, sampler_state_problem
-from eemicrogpt_core.errors import CheckpointError, ConfigError, DataError
-from eemicrogpt_core.model import DEFAULT_CONTEXT
-from eemicrogpt_core.vocab import Vocabulary
+from eemicrogpt_core.backends.backend import TrainState
+from eemicrogpt_core.base.errors import CheckpointError, ConfigError, DataError
+from eemicrogpt_core.data.names import BatchSampler, encode, parse_names, read_names, sampler_state_problem
+from eemicrogpt_core.model.shape import DEFAULT_CONTEXT
+from eemicrogpt_core.model.vocab import Vocabulary
+from eemicrogpt_core.training.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
+from eemicrogpt_core.training.config import TrainConfig, build_config, dump_yaml, parse_yaml, read_yaml
 
 FILES = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 KEYS = [f.name for f in dataclasses.fields(TrainConfig)]

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import eemicrogpt
-from eemicrogpt_core.testing import names_file
+from eemicrogpt_core.kit.conformance import names_file
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "python-api.md"
 

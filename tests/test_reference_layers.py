@@ -1,4 +1,4 @@
-"""The float64 reference (eemicrogpt_core/reference.py) against a second, independent implementation of
+"""The float64 reference (eemicrogpt_core/model/reference.py) against a second, independent implementation of
 microgpt's loop (tests/microgpt_loop.py: scalar autodiff, position by position), at 1, 2 and 4 layers.
 
 Every tensor's gradient is compared, layer by layer, and the loss. The loop implementation is itself checked
@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from microgpt_loop import LoopShape, loss_and_grad
 
-from eemicrogpt_core import reference
-from eemicrogpt_core.model import ModelShape
+from eemicrogpt_core.model import reference
+from eemicrogpt_core.model.shape import ModelShape
 
 PARAM_STD = 0.5  # larger than the training init (0.08): peaky softmaxes, live ReLUs, a residual that matters
 BATCH = 3

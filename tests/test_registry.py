@@ -9,11 +9,11 @@ import types
 import numpy as np
 import pytest
 
-from eemicrogpt_core.backend import BackendSpec, ProbeResult, TrainState
-from eemicrogpt_core.errors import BackendSelectionError, BatchError
-from eemicrogpt_core.hookspec import hookimpl
-from eemicrogpt_core.model import ModelShape
-from eemicrogpt_core.registry import load_registry, open_session
+from eemicrogpt_core.backends.backend import BackendSpec, ProbeResult, TrainState
+from eemicrogpt_core.backends.hookspec import hookimpl
+from eemicrogpt_core.backends.registry import load_registry, open_session
+from eemicrogpt_core.base.errors import BackendSelectionError, BatchError
+from eemicrogpt_core.model.shape import ModelShape
 
 SHAPE = ModelShape(16, 4)
 
@@ -161,8 +161,8 @@ def _fake_distribution(tmp_path, name: str, entry_points: str) -> None:
 
 def test_entry_point_that_fails_to_import_is_isolated(tmp_path, monkeypatch):
     (tmp_path / "goodplug.py").write_text(textwrap.dedent("""
-        from eemicrogpt_core.backend import BackendSpec, ProbeResult
-        from eemicrogpt_core.hookspec import hookimpl
+        from eemicrogpt_core.backends.backend import BackendSpec, ProbeResult
+        from eemicrogpt_core.backends.hookspec import hookimpl
 
         @hookimpl
         def eemicrogpt_backends():

@@ -12,13 +12,14 @@ import pytest
 from reporters import StopAt
 from typer.testing import CliRunner
 
-from eemicrogpt_core import atomic, cli
-from eemicrogpt_core.config import TrainConfig
-from eemicrogpt_core.errors import StorageError
-from eemicrogpt_core.registry import load_registry
-from eemicrogpt_core.rundir import LOCK_NAME, RunDir
+from eemicrogpt_core.backends.registry import load_registry
+from eemicrogpt_core.base import atomic
+from eemicrogpt_core.base.errors import StorageError
+from eemicrogpt_core.interface import cli
 from eemicrogpt_core.sweep.results import ResultStore
-from eemicrogpt_core.trainer import train
+from eemicrogpt_core.training.config import TrainConfig
+from eemicrogpt_core.training.rundir import LOCK_NAME, RunDir
+from eemicrogpt_core.training.trainer import train
 
 RUNNER = CliRunner()
 TINY = ["--backend", "numpy_ref", "--d-model", "16", "--steps", "20", "--log-every", "10"]

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from eemicrogpt_core.atomic import atomic_write_text, process_umask
-from eemicrogpt_core.checkpoint import load_checkpoint
-from eemicrogpt_core.config import build_config
-from eemicrogpt_core.registry import load_registry
-from eemicrogpt_core.rundir import RunDir
-from eemicrogpt_core.testing import names_file
-from eemicrogpt_core.trainer import train
+from eemicrogpt_core.backends.registry import load_registry
+from eemicrogpt_core.base.atomic import atomic_write_text, process_umask
+from eemicrogpt_core.kit.conformance import names_file
+from eemicrogpt_core.training.checkpoint import load_checkpoint
+from eemicrogpt_core.training.config import build_config
+from eemicrogpt_core.training.rundir import RunDir
+from eemicrogpt_core.training.trainer import train
 
 
 @pytest.mark.parametrize("umask", [0o022, 0o077, 0o002])

@@ -5,13 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from eemicrogpt_core.backend import TrainState
-from eemicrogpt_core.data import encode
-from eemicrogpt_core.errors import ConfigError
-from eemicrogpt_core.model import ModelShape, init_params
-from eemicrogpt_core.registry import load_registry, open_session
-from eemicrogpt_core.sampling import forward_logits, generate
-from eemicrogpt_core.vocab import Vocabulary
+from eemicrogpt_core.backends.backend import TrainState
+from eemicrogpt_core.backends.registry import load_registry, open_session
+from eemicrogpt_core.base.errors import ConfigError
+from eemicrogpt_core.data.names import encode
+from eemicrogpt_core.model.sampling import forward_logits, generate
+from eemicrogpt_core.model.shape import ModelShape, init_params
+from eemicrogpt_core.model.vocab import Vocabulary
 
 VOCAB = Vocabulary.from_names(["Zoë -♀", "abc"])  # 9 symbols: ' ', '-', 'Z', 'a', 'b', 'c', 'o', 'ë', '♀'
 SHAPE = ModelShape(16, 4, n_layers=2, vocab=VOCAB.size, context=12)

@@ -13,16 +13,16 @@ from eemicrogpt_backend_numpy.session import NumpySession
 from reporters import StopAt
 from typer.testing import CliRunner
 
-from eemicrogpt_core import cli
-from eemicrogpt_core.backend import BackendSpec, ProbeResult, TrainState
-from eemicrogpt_core.checkpoint import load_checkpoint
-from eemicrogpt_core.config import TrainConfig
-from eemicrogpt_core.errors import BackendOutputError, NonFiniteError
-from eemicrogpt_core.hookspec import hookimpl
-from eemicrogpt_core.registry import BackendRegistry, load_registry
-from eemicrogpt_core.rundir import RunDir
-from eemicrogpt_core.session_checks import checked_loss, checked_losses, checked_state
-from eemicrogpt_core.trainer import lower_lr, train
+from eemicrogpt_core.backends.backend import BackendSpec, ProbeResult, TrainState
+from eemicrogpt_core.backends.hookspec import hookimpl
+from eemicrogpt_core.backends.registry import BackendRegistry, load_registry
+from eemicrogpt_core.backends.session_checks import checked_loss, checked_losses, checked_state
+from eemicrogpt_core.base.errors import BackendOutputError, NonFiniteError
+from eemicrogpt_core.interface import cli
+from eemicrogpt_core.training.checkpoint import load_checkpoint
+from eemicrogpt_core.training.config import TrainConfig
+from eemicrogpt_core.training.rundir import RunDir
+from eemicrogpt_core.training.trainer import lower_lr, train
 
 RUNNER = CliRunner()
 
@@ -224,7 +224,7 @@ class NanState(NumpySession):
 
 def test_a_stop_never_saves_a_non_finite_state(saved_run: Path, names_file: Path, tmp_path: Path) -> None:
     """Ctrl-C between chunks saves the state of that moment: not when it holds NaN (no log step checked it)."""
-    from eemicrogpt_core.trainer import TrainingDiverged
+    from eemicrogpt_core.training.trainer import TrainingDiverged
 
     module = types.ModuleType("nan_state")
     module.eemicrogpt_backends = hookimpl(lambda: [BackendSpec("nan_state", "d", lambda: ProbeResult.ok(0),

@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from eemicrogpt_core.errors import ConfigError
-from eemicrogpt_core.rundir import lock_directory
+from eemicrogpt_core.base.errors import ConfigError
 from eemicrogpt_core.sweep.local import MAX_WORKERS_PER_CORE, worker_count
 from eemicrogpt_core.sweep.spec import MAX_RUNS, expand, parse_spec, run_count
+from eemicrogpt_core.training.rundir import lock_directory
 
-CLI = [sys.executable, "-c", "from eemicrogpt_core.cli import app; app()"]
+CLI = [sys.executable, "-c", "from eemicrogpt_core.interface.cli import app; app()"]
 TINY = {"d_model": 16, "backend": "numpy_ref", "eval_batches": 2, "log_every": 20, "chunk_steps": 10}
 
 

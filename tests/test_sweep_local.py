@@ -14,10 +14,10 @@ from pathlib import Path
 
 import yaml
 
-from eemicrogpt_core.checkpoint import load_checkpoint
-from eemicrogpt_core.rundir import RunDir
+from eemicrogpt_core.training.checkpoint import load_checkpoint
+from eemicrogpt_core.training.rundir import RunDir
 
-CLI = [sys.executable, "-c", "from eemicrogpt_core.cli import app; app()"]
+CLI = [sys.executable, "-c", "from eemicrogpt_core.interface.cli import app; app()"]
 TINY = {"d_model": 16, "backend": "numpy_ref", "eval_batches": 2, "log_every": 30, "chunk_steps": 10}
 
 

@@ -26,18 +26,19 @@ from reporters import StopAt
 from typer.testing import CliRunner
 
 from eemicrogpt_core import __version__
-from eemicrogpt_core.checkpoint import load_checkpoint
-from eemicrogpt_core.cli import app
-from eemicrogpt_core.errors import EemicrogptError
-from eemicrogpt_core.registry import load_registry
-from eemicrogpt_core.rundir import RunDir
+from eemicrogpt_core.backends.registry import load_registry
+from eemicrogpt_core.base.errors import EemicrogptError
+from eemicrogpt_core.interface.cli import app
 from eemicrogpt_core.sweep import ray_executor
 from eemicrogpt_core.sweep.driver import make_task, open_sweep_dir
 from eemicrogpt_core.sweep.ray_executor import INSTALL_HINT, cluster_address, compatibility_problems
 from eemicrogpt_core.sweep.spec import expand, load_spec
-from eemicrogpt_core.trainer import train
+from eemicrogpt_core.training.checkpoint import load_checkpoint
+from eemicrogpt_core.training.rundir import RunDir
+from eemicrogpt_core.training.trainer import train
 
-CLI = f"{shlex.quote(sys.executable)} -c 'from eemicrogpt_core.cli import app; app()'"
+CLI_CODE = "from eemicrogpt_core.interface.cli import app; app()"
+CLI = f"{shlex.quote(sys.executable)} -c '{CLI_CODE}'"
 # The ray command of this interpreter's environment, whether or not that environment is on PATH.
 RAY_CLI = str(Path(sys.executable).parent / "ray") if (Path(sys.executable).parent / "ray").exists() else "ray"
 SPEC = {"name": "raytiny", "base": {"d_model": 16, "backend": "numpy_ref", "eval_batches": 2, "log_every": 40,
@@ -137,7 +138,7 @@ def test_sweep_on_a_real_ray_cluster_resumes_and_brings_run_dirs_back(tmp_path: 
 def test_without_ray_the_executor_says_how_to_install_it(tmp_path: Path, names_file: Path) -> None:
     spec = tmp_path / "s.yaml"
     spec.write_text(yaml.safe_dump(SPEC))
-    code = "import sys; sys.modules['ray'] = None; from eemicrogpt_core.cli import app; app()"
+    code = "import sys; sys.modules['ray'] = None; from eemicrogpt_core.interface.cli import app; app()"
     proc = subprocess.run([sys.executable, "-c", code, "sweep", str(spec), "--executor", "ray", "--data",
                            str(names_file), "--out", str(tmp_path / "sw")], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
@@ -184,7 +185,7 @@ def test_no_cluster_is_a_one_line_error_within_seconds(tmp_path: Path, names_fil
     spec = tmp_path / "s.yaml"
     spec.write_text(yaml.safe_dump(SPEC))
     # Port 1 on loopback: nothing listens, the connection is refused at once (no traffic leaves the machine).
-    cmd = [sys.executable, "-c", "from eemicrogpt_core.cli import app; app()", "sweep", str(spec), "--executor",
+    cmd = [sys.executable, "-c", CLI_CODE, "sweep", str(spec), "--executor",
            "ray", "--address", "127.0.0.1:1", "--data", str(names_file), "--out", str(tmp_path / "sw")]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1

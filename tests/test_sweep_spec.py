@@ -10,8 +10,8 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from eemicrogpt_core.cli import app
-from eemicrogpt_core.errors import ConfigError
+from eemicrogpt_core.base.errors import ConfigError
+from eemicrogpt_core.interface.cli import app
 from eemicrogpt_core.sweep.spec import draw_random, expand, parse_spec
 
 RUNNER = CliRunner()

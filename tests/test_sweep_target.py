@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from eemicrogpt_core.rundir import RunDir
 from eemicrogpt_core.sweep.placement import place_workers
 from eemicrogpt_core.sweep.results import sort_key, target_summary
 from eemicrogpt_core.sweep.spec import expand, load_spec
+from eemicrogpt_core.training.rundir import RunDir
 
-CLI = [sys.executable, "-c", "from eemicrogpt_core.cli import app; app()"]
+CLI = [sys.executable, "-c", "from eemicrogpt_core.interface.cli import app; app()"]
 # Every reduced-precision backend off, whatever this machine has: bf16 runs then have no backend anywhere.
 REDUCED = "avx512_bf16,sme2_f16,sme2_f16w"
 # d16 at lr 0.01 gets its train loss to 2.4 in a few hundred steps; at lr 0.0005 it is still far above it

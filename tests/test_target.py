@@ -12,14 +12,14 @@ import pytest
 from reporters import StopAt
 from typer.testing import CliRunner
 
-from eemicrogpt_core import cli
-from eemicrogpt_core.checkpoint import load_checkpoint, save_checkpoint
-from eemicrogpt_core.config import TrainConfig, build_config
-from eemicrogpt_core.errors import CheckpointError, ConfigError
-from eemicrogpt_core.registry import BackendRegistry
-from eemicrogpt_core.rundir import RunDir
-from eemicrogpt_core.target import ROLLING, TargetReached, first_reached, running_means, seconds_within
-from eemicrogpt_core.trainer import NullReporter, train
+from eemicrogpt_core.backends.registry import BackendRegistry
+from eemicrogpt_core.base.errors import CheckpointError, ConfigError
+from eemicrogpt_core.interface import cli
+from eemicrogpt_core.training.checkpoint import load_checkpoint, save_checkpoint
+from eemicrogpt_core.training.config import TrainConfig, build_config
+from eemicrogpt_core.training.rundir import RunDir
+from eemicrogpt_core.training.target import ROLLING, TargetReached, first_reached, running_means, seconds_within
+from eemicrogpt_core.training.trainer import NullReporter, train
 
 # d16 at lr 0.01 prints a train loss near 2.48 at step 100 and falls on from there, so 2.4 comes within a few
 # hundred steps; the cap of 600 leaves it room, and a test below checks that it did stop before the cap.

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from eemicrogpt_core.config import load_config
-from eemicrogpt_core.errors import ConfigError
-from eemicrogpt_core.threads import MAX_DEFAULT_THREADS, apply_threads
+from eemicrogpt_core.backends.threads import MAX_DEFAULT_THREADS, apply_threads
+from eemicrogpt_core.base.errors import ConfigError
+from eemicrogpt_core.training.config import load_config
 
 
 class _Threaded:
@@ -23,7 +23,7 @@ class _Threaded:
 def test_apply_threads_default_request_and_unthreaded_sessions(monkeypatch: pytest.MonkeyPatch) -> None:
     session = _Threaded()
     assert apply_threads(session, 3) == 3
-    monkeypatch.setattr("eemicrogpt_core.threads.physical_core_count", lambda *_: 500)
+    monkeypatch.setattr("eemicrogpt_core.backends.threads.physical_core_count", lambda *_: 500)
     assert apply_threads(session, None) == MAX_DEFAULT_THREADS
     assert apply_threads(object(), 4) == 1  # a backend that cannot split a step
 

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from eemicrogpt_core.topology import parse_cpu_list, physical_core_count, physical_cores, usable_cpus
+from eemicrogpt_core.backends.topology import parse_cpu_list, physical_core_count, physical_cores, usable_cpus
 
 
 def fake_sysfs(root: Path, siblings: dict[int, str]) -> Path:
@@ -51,7 +51,7 @@ def test_this_process_has_at_least_one_core() -> None:
 
 def test_training_does_not_load_the_sweep_feature() -> None:
     # The core's training path (registry, threads, trainer) must not depend on `eemicrogpt sweep`.
-    code = ("import sys, eemicrogpt_core.registry, eemicrogpt_core.trainer; "
+    code = ("import sys, eemicrogpt_core.backends.registry, eemicrogpt_core.training.trainer; "
             "print(sorted(m for m in sys.modules if m.startswith('eemicrogpt_core.sweep')))")
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert loaded.strip() == "[]"

@@ -13,17 +13,17 @@ import numpy as np
 import pytest
 from reporters import StopAt
 
-from eemicrogpt_core.backend import BackendSpec, ProbeResult, TrainState
-from eemicrogpt_core.checkpoint import load_checkpoint
-from eemicrogpt_core.config import TrainConfig
-from eemicrogpt_core.data import read_names
-from eemicrogpt_core.errors import BackendSelectionError, DataError
-from eemicrogpt_core.hookspec import hookimpl
-from eemicrogpt_core.optim import lr_at
-from eemicrogpt_core.registry import BackendRegistry, load_registry
-from eemicrogpt_core.rundir import RunDir
-from eemicrogpt_core.trainer import NullReporter, TrainingDiverged, prepare_data, train
-from eemicrogpt_core.vocab import Vocabulary
+from eemicrogpt_core.backends.backend import BackendSpec, ProbeResult, TrainState
+from eemicrogpt_core.backends.hookspec import hookimpl
+from eemicrogpt_core.backends.registry import BackendRegistry, load_registry
+from eemicrogpt_core.base.errors import BackendSelectionError, DataError
+from eemicrogpt_core.data.names import read_names
+from eemicrogpt_core.model.optim import lr_at
+from eemicrogpt_core.model.vocab import Vocabulary
+from eemicrogpt_core.training.checkpoint import load_checkpoint
+from eemicrogpt_core.training.config import TrainConfig
+from eemicrogpt_core.training.rundir import RunDir
+from eemicrogpt_core.training.trainer import NullReporter, TrainingDiverged, prepare_data, train
 
 UNIFORM_LOSS = float(np.log(27))  # 3.296
 
@@ -268,7 +268,7 @@ class _SlowWithTwoThreads:
 def test_threads_auto_picks_the_faster_count_and_trains_the_same_bits(
     registry: BackendRegistry, cfg: TrainConfig, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("eemicrogpt_core.threads.physical_core_count", lambda *_: 2)
+    monkeypatch.setattr("eemicrogpt_core.backends.threads.physical_core_count", lambda *_: 2)
     reference = registry.get("numpy_ref")
     assert reference is not None and reference.spec is not None
     counts: list[int] = []

@@ -12,7 +12,7 @@ from packaging.requirements import Requirement
 from packaging.version import Version
 
 import eemicrogpt_core
-from eemicrogpt_core.versions import backend_distributions, version_report
+from eemicrogpt_core.interface.versions import backend_distributions, version_report
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "backends"))

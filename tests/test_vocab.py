@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from eemicrogpt_core.data import read_names
-from eemicrogpt_core.errors import DataError
-from eemicrogpt_core.vocab import MAX_SYMBOLS, Vocabulary
+from eemicrogpt_core.base.errors import DataError
+from eemicrogpt_core.data.names import read_names
+from eemicrogpt_core.model.vocab import MAX_SYMBOLS, Vocabulary
 
 
 def _vocab_of(tmp_path: Path, text: str, *, lowercase: bool = False) -> Vocabulary:

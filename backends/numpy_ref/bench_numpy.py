@@ -32,9 +32,9 @@ def main(argv: list[str] | None = None) -> int:
     import numpy as np
     from eemicrogpt_backend_numpy.session import NumpySession
 
-    from eemicrogpt_core.backend import TrainState
-    from eemicrogpt_core.model import ModelShape, init_params
-    from eemicrogpt_core.testing import load_names, make_batches
+    from eemicrogpt_core.backends.backend import TrainState
+    from eemicrogpt_core.kit.conformance import load_names, make_batches
+    from eemicrogpt_core.model.shape import ModelShape, init_params
 
     names = load_names()
     print(f"data: {'names.txt' if names.real else 'synthetic names'}, batch {args.batch}, {args.dtype}")

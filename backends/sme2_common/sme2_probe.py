@@ -12,7 +12,7 @@ from __future__ import annotations
 import ctypes
 from dataclasses import dataclass
 
-from eemicrogpt_core.cpu_features import (  # module-level names: tests replace them
+from eemicrogpt_core.backends.cpu_features import (  # module-level names: tests replace them
     ARM_MACHINES,
     AT_HWCAP2,
     libc_function,

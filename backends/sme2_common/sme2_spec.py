@@ -11,17 +11,17 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from eemicrogpt_core.abi import MAX_NATIVE_BATCH
-from eemicrogpt_core.backend import BackendSession, BackendSpec, ProbeResult
-from eemicrogpt_core.hookspec import hookimpl
-from eemicrogpt_core.model import ModelShape
-from eemicrogpt_core.native import (
+from eemicrogpt_core.backends.backend import BackendSession, BackendSpec, ProbeResult
+from eemicrogpt_core.backends.hookspec import hookimpl
+from eemicrogpt_core.backends.native import (
     find_library,
     library_load_error,
     library_supports,
     native_session_factory,
     not_built_reason,
 )
+from eemicrogpt_core.base.abi import MAX_NATIVE_BATCH
+from eemicrogpt_core.model.shape import ModelShape
 
 from . import probe
 

@@ -2,7 +2,7 @@
  * eemicrogpt native backend ABI, version 2.
  *
  * A native backend is a plain shared library exporting the functions below. The Python core loads it
- * with cffi (ABI mode, see eemicrogpt_core/native.py), validates every array before the call, and turns
+ * with cffi (ABI mode, see eemicrogpt_core/backends/native.py), validates every array before the call, and turns
  * non-zero return codes into exceptions. Functions never abort and never print. Backends do not write these
  * functions themselves: emg_backend.h (next to this header) implements all of them over a backend's kernels.
  *

@@ -35,7 +35,7 @@
  * read the gradient and the parameters once more per step (1-4% of an x86 step on one Zen 4 core).
  *
  * The parameter layout lives here too (EMG_LAYER_* and emg_layout_of); tests/test_native_layer.py checks it
- * against eemicrogpt_core/model.py.
+ * against eemicrogpt_core/model/shape.py.
  */
 #ifndef EMG_BACKEND_H
 #define EMG_BACKEND_H

@@ -10,8 +10,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from ..errors import ConfigError
-from ..registry import load_registry
+from ..backends.registry import load_registry
+from ..base.errors import ConfigError
 from .driver import Executor, SweepOutcome, check_backends, prepare_runs, run_sweep
 from .progress import SweepProgress
 from .results import fmt, has_target, reached, target_summary

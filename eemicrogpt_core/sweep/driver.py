@@ -22,14 +22,14 @@ from typing import Any, Protocol
 
 import yaml
 
-from ..atomic import atomic_write_text, remove_stale_temporaries
-from ..config import resolve_backend
-from ..data import read_names
-from ..datafile import resolve_data_path
-from ..errors import ConfigError, StorageError, describe_os_error
-from ..model import NAMES_VOCAB
-from ..registry import BackendRegistry
-from ..rundir import CHECKPOINT_NAME, LOCK_NAME, lock_directory
+from ..backends.registry import BackendRegistry
+from ..base.atomic import atomic_write_text, remove_stale_temporaries
+from ..base.errors import ConfigError, StorageError, describe_os_error
+from ..data.datafile import resolve_data_path
+from ..data.names import read_names
+from ..model.shape import NAMES_VOCAB
+from ..training.config import resolve_backend
+from ..training.rundir import CHECKPOINT_NAME, LOCK_NAME, lock_directory
 from .progress import SweepProgress
 from .results import CSV_NAME, ResultStore
 from .runner import DONE, FAILED, INTERRUPTED, UNAVAILABLE, base_record, unavailable_reason

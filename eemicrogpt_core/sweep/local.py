@@ -22,8 +22,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-from ..errors import ConfigError
-from ..topology import physical_cores
+from ..backends.topology import physical_cores
+from ..base.errors import ConfigError
 from .placement import THREAD_ENV_VARS, Placement, place_workers
 from .runner import FAILED, INTERRUPTED
 

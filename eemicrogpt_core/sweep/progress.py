@@ -10,7 +10,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-from ..target import TargetOutcome
+from ..training.target import TargetOutcome
 from .results import fmt, reached
 from .runner import DONE, FAILED, UNAVAILABLE
 

@@ -24,12 +24,12 @@ import yaml
 from rich.console import Console
 
 from .. import __version__
-from ..abi import MAX_VOCAB
-from ..atomic import atomic_write_bytes
-from ..config import build_config
-from ..errors import ConfigError, EemicrogptError, StorageError, describe_os_error
-from ..registry import load_registry
-from ..rundir import CHECKPOINT_NAME, CONFIG_NAME, METRICS_NAME, RunDir
+from ..backends.registry import load_registry
+from ..base.abi import MAX_VOCAB
+from ..base.atomic import atomic_write_bytes
+from ..base.errors import ConfigError, EemicrogptError, StorageError, describe_os_error
+from ..training.config import build_config
+from ..training.rundir import CHECKPOINT_NAME, CONFIG_NAME, METRICS_NAME, RunDir
 from .placement import THREAD_ENV_VARS
 from .ray_tasks import RUN_FILES, node_report, read_run_files, run_task
 from .runner import FAILED, INTERRUPTED, one_line

@@ -10,8 +10,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from ..registry import BackendRegistry, load_registry
-from ..rundir import CHECKPOINT_NAME, CONFIG_NAME, METRICS_NAME
+from ..backends.registry import BackendRegistry, load_registry
+from ..training.rundir import CHECKPOINT_NAME, CONFIG_NAME, METRICS_NAME
 from .runner import run_one
 
 RUN_FILES = (CONFIG_NAME, METRICS_NAME, CHECKPOINT_NAME)

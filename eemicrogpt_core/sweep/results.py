@@ -11,8 +11,8 @@ import math
 from pathlib import Path
 from typing import Any, TypeGuard
 
-from ..atomic import atomic_write_text
-from ..errors import StorageError, describe_os_error
+from ..base.atomic import atomic_write_text
+from ..base.errors import StorageError, describe_os_error
 from .runner import DONE, UNAVAILABLE
 
 JSONL_NAME = "results.jsonl"

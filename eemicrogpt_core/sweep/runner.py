@@ -15,16 +15,16 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from ..checkpoint import load_checkpoint
-from ..config import TrainConfig, build_config
-from ..data import Dataset, encode, read_names, split
-from ..errors import BackendSelectionError, EemicrogptError
-from ..model import NAMES_VOCAB
-from ..registry import BackendRegistry
-from ..rundir import RunDir
-from ..target import TargetOutcome
-from ..trainer import PreparedData, prepare_data, train
-from ..vocab import Vocabulary
+from ..backends.registry import BackendRegistry
+from ..base.errors import BackendSelectionError, EemicrogptError
+from ..data.names import Dataset, encode, read_names, split
+from ..model.shape import NAMES_VOCAB
+from ..model.vocab import Vocabulary
+from ..training.checkpoint import load_checkpoint
+from ..training.config import TrainConfig, build_config
+from ..training.rundir import RunDir
+from ..training.target import TargetOutcome
+from ..training.trainer import PreparedData, prepare_data, train
 
 DONE, FAILED, INTERRUPTED = "done", "failed", "interrupted"
 UNAVAILABLE = "unavailable"  # no backend here runs the run's precision or shape: skipped, not failed

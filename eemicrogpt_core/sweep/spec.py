@@ -36,8 +36,8 @@ from typing import Any, TypeGuard
 import numpy as np
 import yaml
 
-from ..config import KEYS, TrainConfig, build_config, read_yaml
-from ..errors import ConfigError
+from ..base.errors import ConfigError
+from ..training.config import KEYS, TrainConfig, build_config, read_yaml
 
 TOP_KEYS = ("name", "base", "grid", "random", "seeds", "steps", "time_budget")
 RANDOM_KEYS = ("count", "seed", "parameters")

@@ -23,7 +23,7 @@ def main(argv: list[str] | None = None) -> int:
     proto = os.fdopen(os.dup(sys.stdout.fileno()), "w", buffering=1, encoding="utf-8")
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # stray prints must not corrupt the protocol
 
-    from ..registry import load_registry  # after pinning, with the BLAS thread limits already in the env
+    from ..backends.registry import load_registry  # after pinning, with the BLAS thread limits already in the env
     from .runner import run_one
 
     registry = load_registry()

@@ -14,9 +14,9 @@ import os
 import platform
 import sys
 
-from eemicrogpt_core.errors import BackendSelectionError
-from eemicrogpt_core.model import ModelShape
-from eemicrogpt_core.registry import load_registry
+from eemicrogpt_core.backends.registry import load_registry
+from eemicrogpt_core.base.errors import BackendSelectionError
+from eemicrogpt_core.model.shape import ModelShape
 
 
 def names(csv: str) -> list[str]:

@@ -32,7 +32,7 @@ run_train() { # run_train OUTDIR ARGS...: the CLI must exit 0 and print sampled 
   local out=$1 log rc=0
   log=$out.log
   rm -rf "$out"
-  "${PY[@]}" -c 'import sys; from eemicrogpt_core.cli import app; sys.argv[0] = "eemicrogpt"; app()' \
+  "${PY[@]}" -c 'import sys; from eemicrogpt_core.interface.cli import app; sys.argv[0] = "eemicrogpt"; app()' \
     train --data "$NAMES" --out "$out" "${@:2}" >"$log" 2>&1 || rc=$?
   sed 's/^/      /' "$log"
   if ((rc == 0)) && ! grep -q '^samples: .' "$log"; then

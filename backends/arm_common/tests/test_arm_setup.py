@@ -127,7 +127,7 @@ def test_old_compiler_leaves_a_reason_the_probe_shows(
     assert reason.startswith("sme2_f32: the kernels library was not built:") and hint in reason
     if plat.startswith("macosx"):
         assert 'CC="$(brew --prefix llvm)/bin/clang"' in reason
-    from eemicrogpt_core.native import not_built_reason
+    from eemicrogpt_core.backends.native import not_built_reason
 
     assert not_built_reason(note.parent, "_emg_sme2") == reason.strip()
 

@@ -8,7 +8,7 @@ module-level functions so tests can replace them (QEMU cannot remove Advanced SI
 
 from __future__ import annotations
 
-from eemicrogpt_core.cpu_features import (  # module-level names: tests replace them
+from eemicrogpt_core.backends.cpu_features import (  # module-level names: tests replace them
     ARM_MACHINES,
     AT_HWCAP,
     linux_auxval,

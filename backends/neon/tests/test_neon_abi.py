@@ -1,4 +1,4 @@
-"""The shared native ABI contract (eemicrogpt_core.abi_testing) on the neon library."""
+"""The shared native ABI contract (eemicrogpt_core.kit.abi_contract) on the neon library."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 from eemicrogpt_backend_neon.plugin import library_path
 
-from eemicrogpt_core.abi_testing import NativeAbiContract
+from eemicrogpt_core.kit.abi_contract import NativeAbiContract
 
 
 class TestNeonAbi(NativeAbiContract):

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from eemicrogpt_core.testing import DEFAULT_SHAPE_MATRIX, BackendConformance
+from eemicrogpt_core.kit.conformance import DEFAULT_SHAPE_MATRIX, BackendConformance
 
 # The kit's matrix (vocabularies 2-256, contexts 8-64, 1-4 layers, widths 16-128 including 48 and 80) plus
 # the corners of neon's envelope: the widest width, a non-power-of-two head_dim, the deepest model, and

@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 from eemicrogpt_backend_neon import plugin, probe
 
-from eemicrogpt_core import native
-from eemicrogpt_core.abi import MAX_CONTEXT, MAX_LAYERS, MAX_VOCAB, MIN_VOCAB
-from eemicrogpt_core.abi_testing import raw_shape
-from eemicrogpt_core.backend import TrainState
-from eemicrogpt_core.model import ModelShape, init_params
-from eemicrogpt_core.registry import load_registry, open_session
-from eemicrogpt_core.testing import DEFAULT_TOLERANCES, per_tensor_errors
+from eemicrogpt_core.backends import native
+from eemicrogpt_core.backends.backend import TrainState
+from eemicrogpt_core.backends.registry import load_registry, open_session
+from eemicrogpt_core.base.abi import MAX_CONTEXT, MAX_LAYERS, MAX_VOCAB, MIN_VOCAB
+from eemicrogpt_core.kit.abi_contract import raw_shape
+from eemicrogpt_core.kit.conformance import DEFAULT_TOLERANCES, per_tensor_errors
+from eemicrogpt_core.model.shape import ModelShape, init_params
 
 LIBRARY = plugin.library_path()
 pytestmark = [

@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 from eemicrogpt_backend_neon import plugin, probe
 
-from eemicrogpt_core import native
-from eemicrogpt_core.backend import BackendSpec
-from eemicrogpt_core.cli import app
-from eemicrogpt_core.errors import BackendSelectionError
-from eemicrogpt_core.model import ModelShape
-from eemicrogpt_core.registry import load_registry
+from eemicrogpt_core.backends import native
+from eemicrogpt_core.backends.backend import BackendSpec
+from eemicrogpt_core.backends.registry import load_registry
+from eemicrogpt_core.base.errors import BackendSelectionError
+from eemicrogpt_core.interface.cli import app
+from eemicrogpt_core.model.shape import ModelShape
 
 ON_ARM = platform.machine().lower() in probe.ARM_MACHINES
 X86_REASON = "neon: requires an aarch64 CPU with Advanced SIMD; this machine is x86_64"

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from eemicrogpt_core.backend import BackendSpec, ProbeResult
-from eemicrogpt_core.config import MAX_CONFIG_BATCH
-from eemicrogpt_core.hookspec import hookimpl
-from eemicrogpt_core.model import ModelShape
+from eemicrogpt_core.backends.backend import BackendSpec, ProbeResult
+from eemicrogpt_core.backends.hookspec import hookimpl
+from eemicrogpt_core.model.shape import ModelShape
+from eemicrogpt_core.training.config import MAX_CONFIG_BATCH
 
 from .session import DTYPES, NumpySession
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from eemicrogpt_core.backend import TrainState
-from eemicrogpt_core.errors import NonFiniteError
-from eemicrogpt_core.model import ModelShape
-from eemicrogpt_core.reference import StepModel, prepare_batch
+from eemicrogpt_core.backends.backend import TrainState
+from eemicrogpt_core.base.errors import NonFiniteError
+from eemicrogpt_core.model.reference import StepModel, prepare_batch
+from eemicrogpt_core.model.shape import ModelShape
 
 from .step import Adam, train_step
 

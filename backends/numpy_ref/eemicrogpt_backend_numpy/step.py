@@ -1,17 +1,17 @@
-"""One numpy_ref training step: the core's reference forward and backward (eemicrogpt_core.reference),
+"""One numpy_ref training step: the core's reference forward and backward (eemicrogpt_core.model.reference),
 then Adam without temporaries."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from eemicrogpt_core.errors import NonFiniteError
-from eemicrogpt_core.optim import ADAM_BETA1, ADAM_BETA2, ADAM_EPS
-from eemicrogpt_core.reference import Batch, StepModel
+from eemicrogpt_core.base.errors import NonFiniteError
+from eemicrogpt_core.model.optim import ADAM_BETA1, ADAM_BETA2, ADAM_EPS
+from eemicrogpt_core.model.reference import Batch, StepModel
 
 
 class Adam:
-    """eemicrogpt_core.optim.adam_update, operation for operation, without its temporaries.
+    """eemicrogpt_core.model.optim.adam_update, operation for operation, without its temporaries.
 
     The spec allocates a fresh array per operation, which at d_model 128 costs about as much as forward and
     backward together (1.7 ms of 3.4 ms per step); here every operation writes into two scratch buffers.

@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from eemicrogpt_core.backend import TrainState
-from eemicrogpt_core.model import ModelShape, init_params, layer_tensor
-from eemicrogpt_core.reference import Batch, StepModel, loss_and_grads, prepare_batch
-from eemicrogpt_core.testing import BackendConformance, edge_batch, per_tensor_errors
+from eemicrogpt_core.backends.backend import TrainState
+from eemicrogpt_core.kit.conformance import BackendConformance, edge_batch, per_tensor_errors
+from eemicrogpt_core.model.reference import Batch, StepModel, loss_and_grads, prepare_batch
+from eemicrogpt_core.model.shape import ModelShape, init_params, layer_tensor
 
 F16_KCHUNK = 64  # EMG_F16_KCHUNK in sme2_internal.h
 

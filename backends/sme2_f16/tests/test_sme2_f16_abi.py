@@ -1,4 +1,4 @@
-"""The shared native ABI contract (eemicrogpt_core.abi_testing) on the sme2_f16 and sme2_f16w libraries, and
+"""The shared native ABI contract (eemicrogpt_core.kit.abi_contract) on the sme2_f16 and sme2_f16w libraries, and
 their envelope (the same source as sme2_f32's)."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from typing import Any
 
 from eemicrogpt_backend_sme2_f16.plugin import PACKAGE_DIR, sme2_f16, sme2_f16w
 
-from eemicrogpt_core.abi_testing import UNSUPPORTED, NativeAbiContract, raw_shape
-from eemicrogpt_core.native import _ffi, find_library
+from eemicrogpt_core.backends.native import _ffi, find_library
+from eemicrogpt_core.kit.abi_contract import UNSUPPORTED, NativeAbiContract, raw_shape
 
 
 class Envelope:

@@ -25,7 +25,7 @@ from typing import ClassVar
 
 from fp16_gemm_model import Fp16AccumulationModel, check_against_model
 
-from eemicrogpt_core.testing import BackendConformance
+from eemicrogpt_core.kit.conformance import BackendConformance
 
 MODEL_SEEDS = range(4)  # the first four, not chosen: the bounds below hold over 41 seeds
 

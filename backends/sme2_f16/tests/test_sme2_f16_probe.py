@@ -14,9 +14,9 @@ import pytest
 from eemicrogpt_backend_sme2_f16 import plugin, probe
 from eemicrogpt_backend_sme2_f16.spec import Sme2Plugin
 
-from eemicrogpt_core import native
-from eemicrogpt_core.model import ModelShape
-from eemicrogpt_core.registry import load_registry
+from eemicrogpt_core.backends import native
+from eemicrogpt_core.backends.registry import load_registry
+from eemicrogpt_core.model.shape import ModelShape
 
 ON_ARM = platform.machine().lower() in probe.ARM_MACHINES
 

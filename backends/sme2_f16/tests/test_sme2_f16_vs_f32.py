@@ -17,11 +17,11 @@ import numpy as np
 import pytest
 from eemicrogpt_backend_sme2_f16 import probe
 
-from eemicrogpt_core.backend import TrainState
-from eemicrogpt_core.model import ModelShape, init_params
-from eemicrogpt_core.optim import lr_schedule
-from eemicrogpt_core.registry import load_registry, open_session
-from eemicrogpt_core.testing import load_names, make_batches
+from eemicrogpt_core.backends.backend import TrainState
+from eemicrogpt_core.backends.registry import load_registry, open_session
+from eemicrogpt_core.kit.conformance import load_names, make_batches
+from eemicrogpt_core.model.optim import lr_schedule
+from eemicrogpt_core.model.shape import ModelShape, init_params
 
 STEPS, BATCH, LR, SEED = 500, 4, 0.003, 7
 BOUND = 0.03

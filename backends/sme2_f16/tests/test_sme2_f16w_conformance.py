@@ -23,7 +23,7 @@ from typing import ClassVar
 
 from fp16_gemm_model import Fp16GemmModel, check_against_model, ungated
 
-from eemicrogpt_core.testing import BackendConformance, per_tensor_errors
+from eemicrogpt_core.kit.conformance import BackendConformance, per_tensor_errors
 
 MODEL_SEEDS = range(4)  # the first four, not chosen: the bounds below hold over 41 seeds
 

@@ -1,4 +1,4 @@
-"""The shared native ABI contract (eemicrogpt_core.abi_testing) on the sme2_f32 library, and its envelope."""
+"""The shared native ABI contract (eemicrogpt_core.kit.abi_contract) on the sme2_f32 library, and its envelope."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from typing import Any
 
 from eemicrogpt_backend_sme2.plugin import PACKAGE_DIR, sme2_f32
 
-from eemicrogpt_core.abi_testing import UNSUPPORTED, NativeAbiContract, raw_shape
-from eemicrogpt_core.native import _ffi, find_library
+from eemicrogpt_core.backends.native import _ffi, find_library
+from eemicrogpt_core.kit.abi_contract import UNSUPPORTED, NativeAbiContract, raw_shape
 
 
 class TestSme2F32Abi(NativeAbiContract):

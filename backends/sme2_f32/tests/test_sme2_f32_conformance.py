@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from eemicrogpt_core.testing import BackendConformance
+from eemicrogpt_core.kit.conformance import BackendConformance
 
 SHAPE_MATRIX = (  # (d_model, n_heads, n_layers, vocab, context)
     (64, 16, 1, 2, 8),

@@ -14,9 +14,9 @@ from types import ModuleType
 import pytest
 from eemicrogpt_backend_sme2 import plugin, probe, spec
 
-from eemicrogpt_core import native
-from eemicrogpt_core.model import ModelShape
-from eemicrogpt_core.registry import DISABLE_ENV, load_registry
+from eemicrogpt_core.backends import native
+from eemicrogpt_core.backends.registry import DISABLE_ENV, load_registry
+from eemicrogpt_core.model.shape import ModelShape
 
 ON_ARM = platform.machine().lower() in probe.ARM_MACHINES
 X86_REASON = "sme2_f32: requires an aarch64 CPU with FEAT_SME2; this machine is x86_64"

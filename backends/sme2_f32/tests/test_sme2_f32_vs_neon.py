@@ -10,10 +10,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from eemicrogpt_core.backend import TrainState
-from eemicrogpt_core.model import ModelShape, init_params
-from eemicrogpt_core.registry import load_registry, open_session
-from eemicrogpt_core.testing import edge_batch, load_names, per_tensor_errors, relative_errors
+from eemicrogpt_core.backends.backend import TrainState
+from eemicrogpt_core.backends.registry import load_registry, open_session
+from eemicrogpt_core.kit.conformance import edge_batch, load_names, per_tensor_errors, relative_errors
+from eemicrogpt_core.model.shape import ModelShape, init_params
 
 BATCH = 16
 

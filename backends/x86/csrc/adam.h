@@ -1,5 +1,5 @@
 /* Fused Adam: one pass reads g, m, v, p and writes m, v, p (the optimiser's whole memory traffic once).
- * The arithmetic follows eemicrogpt_core.optim.adam_update in float32, except that the two bias corrections
+ * The arithmetic follows eemicrogpt_core.model.optim.adam_update in float32, except that the two bias corrections
  * are multiplications by reciprocals computed in double (lr / bc1 and 1 / bc2): one division per element
  * instead of three (zmm divisions dominated Adam; the result moves by at most an ulp or two). */
 #ifndef EMG_X86_ADAM_H

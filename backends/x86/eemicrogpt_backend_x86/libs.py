@@ -8,7 +8,7 @@ from pathlib import Path
 
 import cffi
 
-from eemicrogpt_core.native import find_library
+from eemicrogpt_core.backends.native import find_library
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 # A directory holding alternative builds (e.g. the ASan/UBSan libraries of tests/run_sanitized.sh).

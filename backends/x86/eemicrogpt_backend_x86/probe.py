@@ -6,7 +6,7 @@ import os
 import platform
 from dataclasses import dataclass
 
-from eemicrogpt_core.backend import ProbeResult
+from eemicrogpt_core.backends.backend import ProbeResult
 
 from .libs import extras, library_path
 

@@ -1,4 +1,4 @@
-"""Test helpers: the float64 reference of the step (the core's eemicrogpt_core.reference), batches, errors.
+"""Test helpers: the float64 reference of the step (the core's eemicrogpt_core.model.reference), batches, errors.
 
 Used by the x86 tests to check gradients at shapes and batch sizes beyond the conformance kit's.
 """
@@ -9,8 +9,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from eemicrogpt_core import reference
-from eemicrogpt_core.model import ModelShape, init_params
+from eemicrogpt_core.model import reference
+from eemicrogpt_core.model.shape import ModelShape, init_params
 
 
 class Reference(NamedTuple):

@@ -1,4 +1,4 @@
-"""The shared native ABI contract (eemicrogpt_core.abi_testing) on the three x86 libraries, on one thread
+"""The shared native ABI contract (eemicrogpt_core.kit.abi_contract) on the three x86 libraries, on one thread
 and on the threaded path (the fused train_step hook), where every shared check and non-finite rule must hold."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from pathlib import Path
 
 from eemicrogpt_backend_x86.libs import library_path
 
-from eemicrogpt_core.abi_testing import NativeAbiContract
+from eemicrogpt_core.kit.abi_contract import NativeAbiContract
 
 
 class TestAvx512Abi(NativeAbiContract):

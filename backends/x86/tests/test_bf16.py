@@ -31,13 +31,9 @@ from eemicrogpt_backend_x86.libs import library_path
 from eemicrogpt_backend_x86.probe import probe
 from reference64 import rel_rms
 
-from eemicrogpt_core.backend import TrainState
-from eemicrogpt_core.config import preset
-from eemicrogpt_core.model import NAMES_VOCAB, ModelShape, init_params
-from eemicrogpt_core.native import NativeSession
-from eemicrogpt_core.optim import lr_schedule
-from eemicrogpt_core.reference import StepModel, loss_and_grads, prepare_batch
-from eemicrogpt_core.testing import (
+from eemicrogpt_core.backends.backend import TrainState
+from eemicrogpt_core.backends.native import NativeSession
+from eemicrogpt_core.kit.conformance import (
     BackendConformance,
     edge_batch,
     load_names,
@@ -45,6 +41,10 @@ from eemicrogpt_core.testing import (
     per_tensor_errors,
     synthetic_batches,
 )
+from eemicrogpt_core.model.optim import lr_schedule
+from eemicrogpt_core.model.reference import StepModel, loss_and_grads, prepare_batch
+from eemicrogpt_core.model.shape import NAMES_VOCAB, ModelShape, init_params
+from eemicrogpt_core.training.config import preset
 
 
 class TestAvx512Bf16Conformance(BackendConformance):

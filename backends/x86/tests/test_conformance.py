@@ -13,8 +13,8 @@ from typing import ClassVar
 
 import pytest
 
-import eemicrogpt_core.threads
-from eemicrogpt_core.testing import DEFAULT_SHAPE_MATRIX, BackendConformance
+import eemicrogpt_core.backends.threads
+from eemicrogpt_core.kit.conformance import DEFAULT_SHAPE_MATRIX, BackendConformance
 
 # Beyond the kit's matrix: the widest width with the largest vocabulary (16 heads: a run-time head count),
 # 4 layers at context 32 with 6 heads, 2 layers at width 80. Left out: shapes whose 5-step window two correct
@@ -31,7 +31,7 @@ class _Threads(BackendConformance):
 
     @pytest.fixture(autouse=True)
     def _pin_threads(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        monkeypatch.setattr(eemicrogpt_core.threads, "physical_core_count", lambda *_: self.threads)
+        monkeypatch.setattr(eemicrogpt_core.backends.threads, "physical_core_count", lambda *_: self.threads)
 
     def test_kit_sessions_run_on_the_pinned_threads(self) -> None:
         with self.open(self.d_models[0]) as session:

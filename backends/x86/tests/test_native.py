@@ -12,10 +12,10 @@ from eemicrogpt_backend_x86.plugin import eemicrogpt_fp32_peak_gflops, eemicrogp
 from eemicrogpt_backend_x86.probe import probe
 from reference64 import clear_inputs, random_batch, rel_rms
 
-from eemicrogpt_core.abi_testing import UNSUPPORTED, raw_shape
-from eemicrogpt_core.backend import TrainState
-from eemicrogpt_core.model import ModelShape
-from eemicrogpt_core.native import NativeSession, _ffi, load_library
+from eemicrogpt_core.backends.backend import TrainState
+from eemicrogpt_core.backends.native import NativeSession, _ffi, load_library
+from eemicrogpt_core.kit.abi_contract import UNSUPPORTED, raw_shape
+from eemicrogpt_core.model.shape import ModelShape
 
 WIDTHS = tuple(range(16, 257, 16))
 

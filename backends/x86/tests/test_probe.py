@@ -9,8 +9,8 @@ import pytest
 from eemicrogpt_backend_x86 import libs, plugin
 from eemicrogpt_backend_x86.probe import DISABLE_ENV, disabled_features, probe
 
-from eemicrogpt_core.model import ModelShape
-from eemicrogpt_core.registry import load_registry
+from eemicrogpt_core.backends.registry import load_registry
+from eemicrogpt_core.model.shape import ModelShape
 
 pytestmark = pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"), reason="x86_64 only")
 

@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 from reference64 import clear_inputs, random_batch, rel_rms
 
-from eemicrogpt_core.abi_testing import ARGUMENT, UNSUPPORTED, raw_shape
-from eemicrogpt_core.backend import TrainState
-from eemicrogpt_core.errors import NonFiniteError
-from eemicrogpt_core.model import ModelShape, init_params
-from eemicrogpt_core.native import NativeSession, _ffi, load_library
+from eemicrogpt_core.backends.backend import TrainState
+from eemicrogpt_core.backends.native import NativeSession, _ffi, load_library
+from eemicrogpt_core.base.errors import NonFiniteError
+from eemicrogpt_core.kit.abi_contract import ARGUMENT, UNSUPPORTED, raw_shape
+from eemicrogpt_core.model.shape import ModelShape, init_params
 
 
 def _session(lib_path: str, shape: ModelShape, threads: int, params: np.ndarray, max_batch: int = 256):

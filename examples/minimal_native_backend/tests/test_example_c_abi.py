@@ -1,4 +1,4 @@
-"""The shared native ABI contract (eemicrogpt_core.abi_testing): example_c inherits it from emg_backend.h.
+"""The shared native ABI contract (eemicrogpt_core.kit.abi_contract): example_c inherits it from emg_backend.h.
 
 Plus example_c's own envelope: every valid shape whose parameter count fits an int.
 """
@@ -11,8 +11,8 @@ from typing import Any
 
 from eemicrogpt_backend_example_c.plugin import LIBRARY_STEM, PACKAGE_DIR
 
-from eemicrogpt_core.abi_testing import UNSUPPORTED, NativeAbiContract, raw_shape
-from eemicrogpt_core.native import _ffi, find_library
+from eemicrogpt_core.backends.native import _ffi, find_library
+from eemicrogpt_core.kit.abi_contract import UNSUPPORTED, NativeAbiContract, raw_shape
 
 
 class TestExampleCAbi(NativeAbiContract):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from eemicrogpt_core.testing import DEFAULT_SHAPE_MATRIX, BackendConformance
+from eemicrogpt_core.kit.conformance import DEFAULT_SHAPE_MATRIX, BackendConformance
 
 
 class TestExampleCConformance(BackendConformance):

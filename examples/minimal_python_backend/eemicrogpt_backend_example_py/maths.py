@@ -1,7 +1,7 @@
 """The model's forward and backward pass, one sequence at a time, written for reading rather than speed.
 
 Everything here follows docs/writing-a-backend.md; the shapes and the parameter layout come from the core
-(`eemicrogpt_core.model`). microgpt's loop, no biases, weights stored W[out][in] so y = x @ W.T:
+(`eemicrogpt_core.model.shape`). microgpt's loop, no biases, weights stored W[out][in] so y = x @ W.T:
 
     x = rms(tok_emb[token] + pos_emb[t])
     per layer:  h1 = rms(x);  q, k, v = h1 Wq^T, h1 Wk^T, h1 Wv^T
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from eemicrogpt_core.model import LAYER_TENSORS, RMS_EPS, ModelShape, layer_tensor, views
+from eemicrogpt_core.model.shape import LAYER_TENSORS, RMS_EPS, ModelShape, layer_tensor, views
 
 
 def rms(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

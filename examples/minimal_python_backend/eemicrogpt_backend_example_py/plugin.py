@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from eemicrogpt_core.backend import BackendSpec, ProbeResult
-from eemicrogpt_core.hookspec import hookimpl
+from eemicrogpt_core.backends.backend import BackendSpec, ProbeResult
+from eemicrogpt_core.backends.hookspec import hookimpl
 
 
 def probe() -> ProbeResult:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from eemicrogpt_core.backend import TrainState
-from eemicrogpt_core.model import ModelShape
-from eemicrogpt_core.optim import adam_update
+from eemicrogpt_core.backends.backend import TrainState
+from eemicrogpt_core.model.optim import adam_update
+from eemicrogpt_core.model.shape import ModelShape
 
 from .maths import loss_and_grads
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from eemicrogpt_core.testing import BackendConformance
+from eemicrogpt_core.kit.conformance import BackendConformance
 
 
 class TestExamplePyConformance(BackendConformance):

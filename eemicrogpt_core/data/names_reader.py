@@ -1,0 +1,107 @@
+"""Reading a names file with bounds: its size and each line's length are checked on the bytes, as they stream
+in and before anything is decoded, so `/dev/zero`, a FIFO or a 200 MB one-line file is refused after reading
+at most a bound's worth, in constant memory beyond the lines kept.
+
+Lines end at "\\n" only (a trailing "\\r" is the caller's to strip): U+2028 and the other characters that
+str.splitlines treats as breaks stay inside their line, so line numbers in errors are the editor's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..base.errors import DataError
+
+# makemore's names.txt is 228 KB of 32,033 names: 32 MiB is 140 times that, and its lines as str objects
+# stay under a few GB even when every name is one letter.
+MAX_FILE_BYTES = 32 << 20
+# A name is at most a few dozen characters (it is cut to the model's context); 1 KiB leaves room for
+# surrounding spaces and multi-byte characters while stopping a file that is one enormous line.
+MAX_LINE_BYTES = 1024
+CHUNK_BYTES = 1 << 16
+BOM = b"\xef\xbb\xbf"  # a leading byte-order mark (Windows editors) is not part of a name
+
+
+@dataclass
+class NameLines:
+    lines: list[str]  # decoded, in file order, without their "\n"
+    sha256: str  # of the file's bytes, BOM included: the fingerprint checkpoints keep
+
+
+def _open(path: Path) -> int:
+    try:
+        return os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        raise DataError(f"names file not found: {path}") from None
+    except OSError as e:
+        raise DataError(f"cannot read names file {path}: {e.strerror or e}; check the path and permissions") from None
+
+
+def _too_big(path: Path, size: str, max_bytes: int) -> DataError:
+    return DataError(f"{path}: {size}, more than a names file may hold ({max_bytes:,} bytes); pass a file of "
+                     "one name per line")
+
+
+def _decode(path: Path, raw: bytes, lineno: int, first: bool) -> str:
+    if first and raw.startswith(BOM):
+        raw = raw[len(BOM):]
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise DataError(f"{path}:{lineno}: not valid UTF-8 (byte {raw[e.start]:#04x})") from None
+
+
+def read_name_lines(path: str | Path, *, max_bytes: int = MAX_FILE_BYTES,
+                    max_line_bytes: int = MAX_LINE_BYTES) -> NameLines:
+    """The file's lines, decoded from UTF-8, with the sha256 of its bytes; DataError when it is missing,
+    unreadable, larger than max_bytes, has a line longer than max_line_bytes (its "\\n" not counted) or is not
+    UTF-8 (each naming the file and, where it applies, the line)."""
+    path = Path(path)
+    fd = _open(path)
+    try:
+        info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):
+            raise DataError(f"names file {path} is a directory; give the path of a file")
+        if stat.S_ISREG(info.st_mode) and info.st_size > max_bytes:
+            raise _too_big(path, f"{info.st_size:,} bytes", max_bytes)  # refused before a byte is read
+        digest = hashlib.sha256()
+        lines: list[str] = []
+        pending = b""  # the line being read: at most max_line_bytes + one chunk
+        total = 0
+        while True:
+            try:
+                chunk = os.read(fd, CHUNK_BYTES)
+            except OSError as e:
+                raise DataError(f"cannot read names file {path}: {e.strerror or e}") from None
+            if not chunk:
+                break
+            total += len(chunk)
+            if total > max_bytes:  # a device, pipe or growing file: its size was not known up front
+                raise _too_big(path, f"more than {max_bytes:,} bytes", max_bytes)
+            digest.update(chunk)
+            parts = (pending + chunk).split(b"\n")
+            pending = parts.pop()
+            for raw in parts:
+                lines.append(_checked_line(path, raw, len(lines) + 1, max_line_bytes))
+            if len(pending) > max_line_bytes:
+                raise _long_line(path, len(lines) + 1, max_line_bytes)
+        if pending:
+            lines.append(_checked_line(path, pending, len(lines) + 1, max_line_bytes))
+        return NameLines(lines, digest.hexdigest())
+    finally:
+        os.close(fd)
+
+
+def _long_line(path: Path, lineno: int, max_line_bytes: int) -> DataError:
+    return DataError(f"{path}:{lineno}: line longer than {max_line_bytes:,} bytes; a names file holds one short "
+                     "name per line")
+
+
+def _checked_line(path: Path, raw: bytes, lineno: int, max_line_bytes: int) -> str:
+    if len(raw) > max_line_bytes:
+        raise _long_line(path, lineno, max_line_bytes)
+    return _decode(path, raw, lineno, first=lineno == 1)

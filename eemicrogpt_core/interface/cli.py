@@ -1,0 +1,573 @@
+"""The `eemicrogpt` command: train, sample, backends, bench.
+
+User errors (EemicrogptError) and bad usage print one line on stderr and exit 2; no traceback.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import signal
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+from typer.core import TyperGroup
+
+from .. import __version__
+from ..backends.precision import FP32, PRECISIONS
+from ..backends.registry import BackendRegistry, load_registry, peak_gflops
+from ..base.errors import CheckpointError, ConfigError, EemicrogptError, describe_os_error
+from ..base.paths import user_path
+from ..data.datafile import given_data_path, resolve_data_path
+from ..data.names import clean_prefix, encode, read_names, split
+from ..model.sampling import generate
+from ..model.shape import DEFAULT_CONTEXT, NAMES_VOCAB, ModelShape
+from ..model.vocab import Vocabulary
+from ..tools import bench
+from ..training.checkpoint import Checkpoint, load_checkpoint
+from ..training.config import MAX_D_MODEL, SETTINGS, TrainConfig, build_config, load_config, resolve_backend
+from ..training.limits import check_memory
+from ..training.progress import RichReporter
+from ..training.rundir import RunDir
+from ..training.trainer import PreparedData, TrainResult, prepare_data, train
+from .config_options import flag_of, with_config_options
+from .versions import version_report
+
+EXIT_USER_ERROR = 2
+MAX_SAMPLES = 10_000  # sample -n: the forward pass holds n x 16 positions of activations at once
+MAX_BENCH_REPEATS = 1000
+MAX_BENCH_SECONDS = 3600.0
+
+
+def _fail(message: str, code: int = EXIT_USER_ERROR) -> int:
+    one_line = " ".join(message.split())
+    print(f"eemicrogpt: error: {one_line}", file=sys.stderr)
+    return code
+
+
+class OneLineErrors(TyperGroup):
+    """Turns user errors and usage errors into a single stderr line instead of a traceback or a panel."""
+
+    def main(  # type: ignore[override]
+        self,
+        args: list[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        try:
+            rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+            code = rv if isinstance(rv, int) else 0
+        except EemicrogptError as e:
+            code = _fail(str(e))
+        except typer.Abort:
+            code = _fail("aborted", 1)
+        except OSError as e:  # what the modules did not name more precisely: still one line, never a traceback
+            code = _fail(describe_os_error(e, "cannot access"))
+        except MemoryError:
+            code = _fail("out of memory; lower d_model, batch or chunk_steps (or sample fewer names)")
+        except Exception as e:
+            # Usage errors: typer may vendor click, so recognise them by click's exception interface.
+            if not (hasattr(e, "format_message") and hasattr(e, "exit_code")):
+                raise
+            ctx = getattr(e, "ctx", None)
+            if type(e).__name__ == "NoArgsIsHelpError" and ctx is not None:
+                print(ctx.get_help())
+                code = 0
+            else:
+                where = ctx.command_path if ctx is not None else "eemicrogpt"
+                code = _fail(f"{where}: {e.format_message()} (see {where} --help)", e.exit_code)
+        if standalone_mode:
+            sys.exit(code)
+        return code
+
+
+app = typer.Typer(
+    cls=OneLineErrors,
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_show_locals=False,
+    help=f"eemicrogpt {__version__}: train tiny character-level GPTs on a CPU, fast.",
+)
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        print(version_report())
+        raise typer.Exit()
+
+
+@app.callback()
+def main(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_print_version, is_eager=True,
+                           help="print the core's and every installed backend's version, then exit")
+    ] = False,
+) -> None:
+    pass  # the app's help text is set on the Typer above
+
+
+_BACKEND_HELP = SETTINGS["backend"].help
+_DATA_HELP = SETTINGS["data"].help
+
+
+def _summary(result: TrainResult, cfg: TrainConfig, console: Console) -> None:
+    val = f"{result.val_loss:.4f}" if result.val_loss is not None else "-"
+    step = int(result.state.step)
+    console.print(
+        f"done: step {step:,}/{result.total_steps:,} on {result.backend}; final train loss {result.train_loss:.4f} "
+        f"(mean of last 100), val loss {val}; {result.us_per_step:.1f} us/step, {result.steps_per_s:,.0f} steps/s",
+        highlight=False,
+    )
+    if result.target is not None:
+        console.print(f"target: {result.target.describe()}", highlight=False)
+    c = result.contention
+    if c is not None and c.contended:
+        loads = ", ".join(f"{x:.1f}" for x in (c.load_start, c.load_end) if x is not None)
+        console.print(f"note: the machine was busy during this time-budget run ({c.slowdown:.2f}x the fastest "
+                      f"warm-up step, load average {loads or 'unknown'} on {c.cpus} CPUs): its step count is "
+                      "not a quiet machine's", highlight=False)
+    names = generate(result.state.params, result.shape, result.vocab, n=10, temperature=0.5, seed=cfg.seed)
+    console.print("samples: " + ", ".join(names), highlight=False)
+    if result.run_dir is not None:
+        console.print(f"run directory: {result.run_dir}", highlight=False)
+
+
+def _fresh_setup(
+    registry: BackendRegistry, config: Path | None, overrides: dict[str, Any], backend: str | None, data: str | None
+) -> tuple[TrainConfig, RunDir, PreparedData]:
+    """Resolve config, backend and data, and check all of them before a run directory is created."""
+    cfg = load_config(user_path(config, "--config") if config else None, overrides)
+    check_memory(cfg)
+    cfg = dataclasses.replace(cfg, backend=resolve_backend(backend, cfg.backend))
+    given = given_data_path(data, cfg.data)
+    if given is None:  # the makemore names: their vocabulary is known before the download, so check first
+        registry.select(cfg.backend, cfg.model_shape(NAMES_VOCAB), cfg.batch, cfg.dtype, cfg.precision)
+    cfg = dataclasses.replace(cfg, data=str(given or resolve_data_path(None, None)))
+    prepared = prepare_data(cfg)
+    if given is not None:  # a user's file decides the vocabulary: check before a run directory is created
+        registry.select(cfg.backend, cfg.model_shape(prepared.vocab.size), cfg.batch, cfg.dtype, cfg.precision)
+    run = RunDir.create(cfg.out, cfg)
+    return dataclasses.replace(cfg, out=str(run.path)), run, prepared
+
+
+def _check_same_data(ckpt: Checkpoint, prepared: PreparedData, cfg: TrainConfig, allow_change: bool,
+                     console: Console) -> None:
+    """A resume on other names than the run trained on is refused unless asked for: the batches would differ."""
+    if not ckpt.data_sha256:
+        console.print("note: this checkpoint predates names-file fingerprints; the names file is not checked",
+                      highlight=False)
+    elif ckpt.data_sha256 != prepared.data_sha256:
+        if not allow_change:
+            raise CheckpointError(
+                f"names file {cfg.data} is not the one this run trained on (sha256 {prepared.data_sha256[:12]}..., "
+                f"saved {ckpt.data_sha256[:12]}...); pass --data with the original file, or --allow-data-change "
+                "to continue on this one"
+            )
+        console.print(f"note: continuing on a different names file ({cfg.data}); the batches differ from the "
+                      "original run's", highlight=False)
+
+
+def _resume_setup(
+    registry: BackendRegistry, resume: Path, backend: str | None, data: str | None, allow_data_change: bool,
+    console: Console, extend_to: int | None = None,
+) -> tuple[TrainConfig, RunDir, Checkpoint, PreparedData] | None:
+    """The saved run with only backend and data overridable; None when it has already finished (and no
+    extend_to asks for more steps)."""
+    run = RunDir.existing(resume)
+    ckpt = load_checkpoint(run.checkpoint_path)
+    data_path = user_path(data, "--data") if data else ckpt.config.data
+    cfg = dataclasses.replace(
+        ckpt.config, backend=resolve_backend(backend, ckpt.config.backend), data=str(data_path) if data_path else None,
+        out=str(run.path),
+    )
+    if extend_to is not None:
+        if extend_to <= ckpt.state.step:
+            raise ConfigError(f"--steps {extend_to:,} with --resume must be more than the {int(ckpt.state.step):,} "
+                              "steps this run has done")
+        cfg = dataclasses.replace(cfg, steps=extend_to)
+        console.print(f"extending to {extend_to:,} steps (from {ckpt.total_steps:,}): the learning rate decays "
+                      f"linearly to 0 over all {extend_to:,}, so step {int(ckpt.state.step) + 1:,} continues at "
+                      f"{ckpt.config.lr * (1 - ckpt.state.step / extend_to):.3g}", highlight=False)
+    elif ckpt.finished:
+        reached = ckpt.target_reached
+        how = (f"stopped at step {int(ckpt.state.step):,} on reaching target_loss {ckpt.config.target_loss:g}"
+               if reached is not None and ckpt.state.step == reached.stop else f"{ckpt.total_steps:,} steps")
+        console.print(f"{run.path} already finished ({how}); nothing to resume (pass --steps N to train on to N "
+                      "steps)", highlight=False)
+        return None
+    chosen = registry.select(cfg.backend, ckpt.shape, cfg.batch, cfg.dtype, cfg.precision).name
+    prepared = prepare_data(cfg, ckpt.vocab)
+    _check_same_data(ckpt, prepared, cfg, allow_data_change, console)
+    if ckpt.backend and chosen != ckpt.backend:
+        console.print(f"note: this run was trained on {ckpt.backend} and continues on {chosen}; the "
+                      f"losses will not match an uninterrupted {ckpt.backend} run bit for bit", highlight=False)
+    saved_core = ckpt.versions.get("eemicrogpt")
+    if saved_core and saved_core != __version__:
+        console.print(f"note: this run was saved by eemicrogpt {saved_core}; this is {__version__}", highlight=False)
+    return cfg, run, ckpt, prepared
+
+
+@app.command("train")
+@with_config_options
+def train_cmd(
+    config: Annotated[
+        Path | None, typer.Option("--config", "-c", help="YAML config (default: built in, equal to configs/d64.yaml)")
+    ] = None,
+    resume: Annotated[Path | None, typer.Option(help="continue the run in this directory exactly")] = None,
+    allow_data_change: Annotated[
+        bool, typer.Option("--allow-data-change", help="with --resume: continue even though the names file "
+                           "differs from the one the run trained on (its sha256 is in the checkpoint)")
+    ] = False,
+    *,
+    overrides: dict[str, Any],
+) -> None:
+    """Train a model; writes config.yaml, metrics.jsonl and checkpoint.npz to the run directory.
+
+    Each value comes from: its flag > the --config file > the preset of the chosen d_model > the built-in default.
+    """
+    console = Console(soft_wrap=True)  # log lines stay whole in logs and pipes
+    # backend and data have their own precedence, with an environment variable between flag and config.
+    backend, data = overrides.pop("backend"), overrides.pop("data")
+    registry = load_registry()
+    if resume is not None:
+        changeable = [key for key in overrides if SETTINGS[key].on_resume]
+        extend_to = overrides.pop("steps")  # --steps with --resume: train on to that many steps
+        given = [flag_of(key) for key, v in overrides.items() if v is not None and key not in changeable]
+        if config is not None:
+            given.insert(0, "--config")
+        if given:
+            allowed = ", ".join(flag_of(key) for key, setting in SETTINGS.items() if setting.on_resume)
+            raise ConfigError(f"--resume continues the saved config; drop {', '.join(given)} "
+                              f"(only {allowed} may change, and --steps extends the run)")
+        setup = _resume_setup(registry, resume, backend, data, allow_data_change, console, extend_to)
+        if setup is None:
+            return
+        cfg, run, ckpt, prepared = setup
+        changes = {key: overrides[key] for key in changeable if overrides[key] is not None}
+        if changes:
+            cfg = build_config([("command line", changes)], cfg)  # checked like any override
+    else:
+        if allow_data_change:
+            raise ConfigError("--allow-data-change only applies with --resume")
+        cfg, run, prepared = _fresh_setup(registry, config, overrides, backend, data)
+        ckpt, extend_to = None, None
+    run.claim()  # a second process training (or resuming) this directory stops here
+    try:
+        result = train(cfg, registry, run_dir=run, resume=ckpt, reporter=RichReporter(console), data=prepared,
+                       extend_to=extend_to)
+    finally:
+        run.release()
+    _summary(result, cfg, console)
+    if result.interrupted:
+        console.print(f"resume with: eemicrogpt train --resume {run.path}", highlight=False)
+        raise typer.Exit(128 + (result.stop_signal or signal.SIGINT))  # the shell's convention: 130 for Ctrl-C
+
+
+@app.command("sample")
+def sample_cmd(
+    run_dir: Annotated[Path, typer.Argument(help="a run directory written by `eemicrogpt train`")],
+    n: Annotated[int, typer.Option("-n", "--num", help="how many names (1..10,000)")] = 20,
+    temperature: Annotated[
+        float, typer.Option(help="sampling temperature (>= 0; lower is more typical; 0 is greedy)")
+    ] = 0.5,
+    seed: Annotated[int, typer.Option(help="sampling seed")] = 0,
+    prefix: Annotated[str, typer.Option(help="continue names that start with this text")] = "",
+    max_len: Annotated[
+        int | None, typer.Option(help="longest name in characters (default and upper bound: the model's context)")
+    ] = None,
+    unique: Annotated[bool, typer.Option("--unique", help="distinct names only (fewer when the model has "
+                                         "fewer to give)")] = False,
+    out: Annotated[Path | None, typer.Option(help="write the names to this new file (never overwritten)")] = None,
+) -> None:
+    """Generate names from a trained run."""
+    if not 1 <= n <= MAX_SAMPLES:
+        raise ConfigError(f"-n must be in 1..{MAX_SAMPLES:,}, got {n:,}")
+    if not (math.isfinite(temperature) and temperature >= 0):
+        raise ConfigError(f"--temperature must be a finite number >= 0 (0: greedy), got {temperature}")
+    if seed < 0:
+        raise ConfigError(f"--seed must be >= 0, got {seed}")
+    target = user_path(out, "--out") if out is not None else None
+    if target is not None and (target.exists() or target.is_symlink()):
+        raise ConfigError(f"--out {target} already exists; choose a new file (samples never overwrite one)")
+    ckpt = load_checkpoint(RunDir.existing(run_dir).checkpoint_path)
+    names = generate(ckpt.state.params, ckpt.shape, ckpt.vocab, n=n, temperature=temperature, seed=seed,
+                     prefix=clean_prefix(prefix, ckpt.config.lowercase), max_len=max_len, unique=unique)
+    if target is None:
+        for name in names:
+            print(name)
+        return
+    try:
+        with target.open("x", encoding="utf-8") as f:  # "x": fails rather than replace a file made meanwhile
+            f.write("".join(f"{name}\n" for name in names))
+    except OSError as e:
+        raise ConfigError(describe_os_error(e, "cannot write the samples")) from None
+    print(f"wrote {len(names)} names to {target}")
+
+
+@app.command("export")
+def export_cmd(
+    run_dir: Annotated[Path, typer.Argument(help="a run directory written by `eemicrogpt train`")],
+    out: Annotated[Path, typer.Option(help="the new file to write (never overwritten)")],
+    format: Annotated[str, typer.Option(help="safetensors (tensors by name, shape/config/vocabulary in the "
+                                        "metadata) or torch (a state dict for eemicrogpt_core.tools.torch_model)")]
+    = "safetensors",
+) -> None:
+    """Write a run's weights for use elsewhere."""
+    from .api import load
+
+    path = load(run_dir).export(out, format)
+    print(f"wrote {path} ({format})")
+
+
+def backends_report(registry: BackendRegistry) -> dict[str, Any]:
+    default = TrainConfig()
+    auto = registry.auto_choice(default.model_shape(NAMES_VOCAB), default.batch)
+    per_size = {}
+    for d in bench.SIZES:
+        choice = registry.auto_choice(ModelShape(d, bench.heads_for(d)), default.batch)
+        per_size[str(d)] = choice.name if choice else None
+    return {
+        "backends": [
+            {
+                "name": e.name,
+                "qualified_name": e.qualified_name,  # what --backend takes when two distributions share the name
+                "distribution": e.distribution,
+                "version": e.version,
+                "available": e.available,
+                "reason": e.status_reason,
+                "score": e.score,
+                "precision": e.spec.precision if e.spec else None,
+                "description": e.spec.description if e.spec else "",
+                "envelope": e.spec.envelope if e.spec else "",
+                "also_provided_by": e.also_provided_by,
+            }
+            for e in registry.entries
+        ],
+        "auto": auto.name if auto else None,
+        "auto_by_d_model": per_size,
+        "plugin_failures": [dataclasses.asdict(f) for f in registry.failures],
+    }
+
+
+@app.command("backends")
+def backends_cmd(as_json: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False) -> None:
+    """List installed backends: availability and why, score, and what `auto` picks here."""
+    report = backends_report(load_registry())
+    if as_json:
+        print(json.dumps(report, indent=2))
+        return
+    console = _wide_console()
+    table = Table("backend", "distribution", "version", "precision", "available", "score", "shapes", "reason")
+    for b in report["backends"]:
+        table.add_row(b["name"], b["distribution"], b["version"], b["precision"] or "-",
+                      "yes" if b["available"] else "no", str(b["score"]), b["envelope"] or "-", b["reason"])
+    console.print(table)
+    sizes = ", ".join(f"d{d}: {name or 'none'}" for d, name in report["auto_by_d_model"].items())
+    if report["auto"]:
+        default = TrainConfig()
+        console.print(f"auto picks: {report['auto']} (default config: d{default.d_model}, batch {default.batch}, "
+                      f"fp32; reduced precision only with --precision or by name); by size: {sizes}",
+                      highlight=False)
+    elif not report["backends"]:
+        console.print("no backend installed: pip install ./backends/numpy_ref (portable) or ./backends/x86")
+    else:
+        console.print("auto picks: nothing (no available backend can run the default config)")
+    for f in report["plugin_failures"]:
+        console.print(f"broken plugin {f['plugin']} ({f['distribution']}): {f['error']}", highlight=False)
+
+
+def _wide_console(stderr: bool = False) -> Console:
+    """Tables stay readable when piped (rich would otherwise assume 80 columns)."""
+    console = Console(stderr=stderr)
+    return console if console.is_terminal else Console(stderr=stderr, width=160)
+
+
+def _pct(value: float | None) -> str:
+    return f"{value:.1f}%" if value is not None else "-"
+
+
+def _speed_table(title: str, rows: list[bench.BenchRow]) -> Table:
+    if rows:
+        r0 = rows[0]
+        title += f" ({r0.n_layers} layer{'s' if r0.n_layers > 1 else ''}, vocab {r0.vocab}, context {r0.context})"
+    table = Table("backend", "threads", "precision", "d_model", "heads", "batch", "us/step", "us/sample", "steps/s",
+                  "GFLOP/s", "% peak", "live pos", "us/live pos", title=title)
+    for r in rows:
+        if r.error is not None:
+            table.add_row(r.backend, str(r.threads), r.precision, str(r.d_model), str(r.n_heads), str(r.batch),
+                          f"failed: {r.error}")
+            continue
+        table.add_row(r.backend, str(r.threads), r.precision, str(r.d_model), str(r.n_heads), str(r.batch),
+                      f"{r.us_per_step:,.1f}",
+                      f"{r.us_per_sample:,.2f}", f"{r.steps_per_s:,.0f}", f"{r.gflops:.2f}", _pct(r.pct_peak),
+                      f"{r.live_positions:.0f}", f"{r.us_per_live_position:.2f}")
+    return table
+
+
+@app.command("bench")
+def bench_cmd(
+    backend: Annotated[str | None, typer.Option(help="only this backend (default: every available one)")] = None,
+    d_model: Annotated[list[int] | None, typer.Option(help="sizes to run (repeatable; default 16 32 64 128)")] = None,
+    batch_scaling: Annotated[bool, typer.Option("--batch-scaling", help="batch 1/16/64/256 on the best")] = False,
+    loss_at: Annotated[
+        float | None, typer.Option(help="also: best loss within this many seconds per size (the seed's "
+                                   "bpc@1s; on the last --threads value)")
+    ] = None,
+    peak_gflops_: Annotated[
+        float | None, typer.Option("--peak-gflops", help="one core's FP32 peak to compare against (default: "
+                                   "measured by the plugin of the best backend here)")
+    ] = None,
+    repeats: Annotated[int, typer.Option(help="timed repeats per cell (median reported)")] = 5,
+    seconds: Annotated[float, typer.Option(help="timed seconds per cell")] = 0.3,
+    data: Annotated[str | None, typer.Option(help=_DATA_HELP)] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
+    threads: Annotated[list[int] | None, typer.Option(
+        help="threads per step, repeatable to measure several counts side by side (default: the physical "
+             "cores available)")] = None,
+    precision: Annotated[str | None, typer.Option(help="only backends computing in this precision: fp32, bf16 or "
+                                                  "fp16 (default: every available one)")] = None,
+    n_layers: Annotated[int, typer.Option(help="layers of the benchmarked model")] = 1,
+    vocab: Annotated[int | None, typer.Option(help="vocabulary size (default: the names file's 27; another "
+                                              "size or --context runs on synthetic names)")] = None,
+    context: Annotated[int | None, typer.Option(help="predictions per name (default 16)")] = None,
+) -> None:
+    """Median us/step, us/sample, steps/s, GFLOP/s and % of FP32 peak (of the cores used) per backend and size."""
+    sizes = tuple(d_model) if d_model else bench.SIZES
+    form = bench.Form(n_layers, vocab or NAMES_VOCAB, context or DEFAULT_CONTEXT)
+    for d in sizes:
+        if d > MAX_D_MODEL:
+            raise ConfigError(f"--d-model {d}: must be <= {MAX_D_MODEL}")
+        try:
+            form.shape(d)
+        except ValueError as e:
+            raise ConfigError(f"--d-model {d} with --n-layers/--vocab/--context: {e}") from None
+    if not 1 <= repeats <= MAX_BENCH_REPEATS:
+        raise ConfigError(f"--repeats must be in 1..{MAX_BENCH_REPEATS}, got {repeats}")
+    for flag, value, bound in (("--seconds", seconds, MAX_BENCH_SECONDS), ("--loss-at", loss_at, MAX_BENCH_SECONDS),
+                               ("--peak-gflops", peak_gflops_, math.inf)):
+        if value is not None and not (math.isfinite(value) and 0 < value <= bound):
+            raise ConfigError(f"{flag} must be a finite number in (0, {bound:g}], got {value}")
+    for count in threads or ():
+        if count < 1:
+            raise ConfigError(f"--threads must be >= 1, got {count}")
+    thread_counts: list[int | None] = list(dict.fromkeys(threads)) if threads else [None]
+    if precision is not None and precision not in PRECISIONS:
+        raise ConfigError(f"--precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    registry = load_registry()
+    entries = bench.pick_backends(registry, backend, precision)
+    data_path = resolve_data_path(data, None)
+    base = TrainConfig(data=str(data_path))
+    names = read_names(data_path)
+    vocab_table = Vocabulary.from_names(names.names)
+    parts = split(encode(names.names, vocab_table, base.context)[0], base.val_fraction, base.seed)
+    train_set = parts.train if form.uses_names else bench.synthetic_data(form)
+    # Each backend is compared with the peak of the precision it computes in; the user's FP32 figure wins.
+    peaks: dict[str, float] = {}
+    peak_sources: dict[str, str] = {}
+    for prec in dict.fromkeys(bench.precision_of(e) for e in entries):
+        if prec == FP32 and peak_gflops_:
+            peaks[prec], peak_sources[prec] = peak_gflops_, "--peak-gflops"
+            continue
+        measured = peak_gflops(registry, precision=prec)
+        if measured is not None:
+            peaks[prec], peak_sources[prec] = measured.gflops, f"measured by {measured.source}"
+    console = _wide_console(stderr=as_json)
+    console.print(f"timing {', '.join(e.name for e in entries)} at d_model {', '.join(map(str, sizes))} ...")
+    timing: dict[str, Any] = {"peaks": peaks, "repeats": repeats, "target_s": seconds}
+    rows, notes = bench.measure(bench.speed_cells(entries, sizes, threads=thread_counts), train_set, form=form,
+                                **timing)
+    bench.require_measured(rows, notes)
+    scaling: list[bench.BenchRow] = []
+    losses: list[bench.LossRow] = []
+    best = bench.best_backend(registry, backend, sizes, precision) if (batch_scaling or loss_at) else None
+    if batch_scaling and best is not None:
+        console.print(f"batch scaling on {best.name} ...")
+        scaling, more = bench.measure(bench.scaling_cells(best, sizes, threads=thread_counts), train_set, form=form,
+                                      **timing)
+        notes += more
+    if loss_at is not None and best is not None:
+        console.print(f"loss within {loss_at:g} s on {best.name} ...")
+        prepared = PreparedData(parts.train, parts.validation, 0, 0, vocab_table)
+        losses = bench.loss_at(registry, best, sizes, prepared, str(data_path), loss_at, thread_counts[-1])
+    if as_json:
+        payload = bench.as_json(speed=rows, batch_scaling=scaling, loss_at=losses, notes=notes,
+                                peak_gflops=peaks, peak_source=peak_sources, flops_formula=bench.__doc__)
+        print(json.dumps(payload, indent=2))
+        _exit_if_failed([*rows, *scaling, *losses], console)
+        return
+    console.print(_speed_table("us/step at batch 16", rows))
+    if scaling:
+        console.print(_speed_table(f"batch scaling ({scaling[0].backend})", scaling))
+    if losses:
+        table = Table("backend", "d_model", "lr", "steps", "us/step", "train loss", "val loss",
+                      title=f"loss within {loss_at:g} s (LR schedule spans the steps that fit)")
+        for r in losses:
+            if r.error is not None:
+                table.add_row(r.backend, str(r.d_model), f"{r.lr:g}", f"failed: {r.error}")
+                continue
+            val = f"{r.val_loss:.4f}" if r.val_loss is not None else "-"
+            table.add_row(r.backend, str(r.d_model), f"{r.lr:g}", f"{r.steps:,}", f"{r.us_per_step:,.1f}",
+                          f"{r.train_loss:.4f}", val)
+        console.print(table)
+    for prec in dict.fromkeys(r.precision for r in rows):
+        if prec in peaks:
+            console.print(f"{prec} peak: {peaks[prec]:.1f} GFLOP/s per core ({peak_sources[prec]}); % peak of a "
+                          f"{prec} backend is of threads x this", highlight=False)
+        else:
+            hint = "; pass --peak-gflops" if prec == FP32 else ""
+            console.print(f"{prec} peak: unknown (no plugin measures it here{hint}): no % of peak for {prec} rows",
+                          highlight=False)
+    for note in notes:
+        console.print(note, highlight=False)
+    _exit_if_failed([*rows, *scaling, *losses], console)
+
+
+def _exit_if_failed(rows: list[bench.BenchRow | bench.LossRow], console: Console) -> None:
+    """Every cell ran; a backend that failed on some makes the exit status 1 (its rows say why)."""
+    failed = sorted({r.backend for r in rows if r.error is not None})
+    if failed:
+        console.print(f"failed: {', '.join(failed)} (see the rows above)", highlight=False)
+        raise typer.Exit(1)
+
+
+@app.command("sweep")
+def sweep_cmd(
+    spec: Annotated[Path, typer.Argument(help="sweep spec (YAML: base, grid, random, seeds, steps/time_budget)")],
+    out: Annotated[Path | None, typer.Option(help="sweep directory (default sweeps/<spec name>)")] = None,
+    executor: Annotated[str, typer.Option(help="local (worker processes, one per physical core) or ray")] = "local",
+    address: Annotated[str | None, typer.Option(help="Ray cluster address (default: $RAY_ADDRESS or auto)")] = None,
+    workers: Annotated[int | None, typer.Option(help="local workers (default: one per physical core)")] = None,
+    backend: Annotated[str | None, typer.Option(help=_BACKEND_HELP)] = None,
+    data: Annotated[str | None, typer.Option(help=_DATA_HELP)] = None,
+) -> None:
+    """Train many runs (grid, random draws, seeds); re-running skips finished runs and resumes interrupted ones.
+
+    Exit status: 0 all runs finished, 1 some failed (recorded with their error), 2 bad spec, 130 Ctrl-C."""
+    from ..sweep.command import sweep_command
+
+    outcome = sweep_command(spec, out=out, executor=executor, address=address, workers=workers, backend=backend,
+                            data=data, console=_wide_console())
+    if outcome.interrupted:
+        raise typer.Exit(128 + signal.SIGINT)  # the shell convention for Ctrl-C, as train uses
+    if outcome.failed:
+        raise typer.Exit(1)  # the runs' one-line errors are in the table and in results.jsonl
+
+
+@app.command("plot")
+def plot_cmd(
+    paths: Annotated[list[Path], typer.Argument(help="run directories, sweep directories or `bench --json` files")],
+    out: Annotated[Path, typer.Option(help="directory for the figures")] = Path("plots"),
+    fmt: Annotated[str, typer.Option("--format", help="png or svg")] = "png",
+) -> None:
+    """Charts: loss curves of runs; Pareto, loss vs lr and heatmap of sweeps; speed and batch scaling of bench."""
+    from ..tools.plot import plot_command
+
+    for path in plot_command(paths, out, fmt):
+        print(path)

@@ -1,0 +1,117 @@
+"""The model as a PyTorch nn.Module (optional: needs torch), for using an exported run elsewhere.
+
+The same maths as reference.py in torch ops: x = rms(tok_emb[t] + pos_emb[pos]); per layer a pre-norm causal
+attention block and a pre-norm ReLU MLP block with residuals; logits = x Wlm^T. No biases, no norm gains.
+The module's state dict keys are the layout names (tok_emb, pos_emb, layers.0.Wq, ..., Wlm), so the state
+dict that `eemicrogpt export --format torch` writes loads into `build_module(shape)` as it is.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..base.errors import CheckpointError, ConfigError, DataError, StorageError, describe_os_error
+from ..model.shape import LAYER_TENSORS, RMS_EPS, ModelShape, views
+from ..model.vocab import Vocabulary
+
+# The keys of the dict in a `--format torch` file (export.py writes it, load_export reads it).
+EXPORT_KEYS = ("state_dict", "shape", "symbols")
+
+
+def import_torch() -> Any:
+    try:
+        import torch
+    except ImportError:
+        raise ConfigError("this needs PyTorch: pip install torch") from None
+    return torch
+
+
+def build_module(shape: ModelShape) -> Any:
+    """An nn.Module of this shape with zero weights; module(tokens [B, T] int64) -> logits [B, T, vocab]."""
+    torch = import_torch()
+    nn = torch.nn
+
+    def zeros(name: str, layer_shapes: dict[str, tuple[int, int]]) -> Any:
+        return nn.Parameter(torch.zeros(layer_shapes[name], dtype=torch.float32))
+
+    shapes = shape.tensor_shapes
+    layer0 = {name: shapes[f"layers.0.{name}"] for name in LAYER_TENSORS}
+
+    class Layer(nn.Module):  # type: ignore[name-defined]  # torch is imported at call time
+        def __init__(self) -> None:
+            super().__init__()
+            for name in LAYER_TENSORS:
+                self.register_parameter(name, zeros(name, layer0))
+
+    class MicroGPT(nn.Module):  # type: ignore[name-defined]
+        def __init__(self) -> None:
+            super().__init__()
+            self.shape = shape
+            for name in ("tok_emb", "pos_emb", "Wlm"):
+                self.register_parameter(name, zeros(name, shapes))
+            self.layers = nn.ModuleList(Layer() for _ in range(shape.n_layers))
+            mask = torch.ones(shape.context, shape.context, dtype=torch.bool).tril()
+            self.register_buffer("causal", mask, persistent=False)
+
+        @staticmethod
+        def rms(x: Any) -> Any:
+            return x * torch.rsqrt((x * x).mean(dim=-1, keepdim=True) + RMS_EPS)
+
+        def forward(self, tokens: Any) -> Any:
+            b, t = tokens.shape
+            if not 1 <= t <= shape.context:
+                raise ValueError(f"sequence length must be 1..{shape.context} (the context), got {t}")
+            h, hd = shape.n_heads, shape.head_dim
+            pos = torch.arange(t, device=tokens.device)
+            x = self.rms(self.tok_emb[tokens] + self.pos_emb[pos])
+            for w in self.layers:
+                n1 = self.rms(x)
+                q, k, v = ((n1 @ m.T).view(b, t, h, hd).transpose(1, 2) for m in (w.Wq, w.Wk, w.Wv))
+                scores = (q @ k.transpose(-1, -2)) / hd**0.5
+                scores = scores.masked_fill(~self.causal[:t, :t], float("-inf"))
+                att = (scores.softmax(dim=-1) @ v).transpose(1, 2).reshape(b, t, shape.d_model)
+                x = x + att @ w.Wo.T
+                x = x + torch.relu(self.rms(x) @ w.Wf1.T) @ w.Wf2.T
+            return x @ self.Wlm.T
+
+    return MicroGPT()
+
+
+def to_torch(params: np.ndarray, shape: ModelShape) -> Any:
+    """build_module(shape) holding these parameters (copied: the module does not alias `params`)."""
+    torch = import_torch()
+    module = build_module(shape)
+    module.load_state_dict({name: torch.from_numpy(np.array(t, dtype=np.float32))
+                            for name, t in views(shape, params).items()})
+    return module
+
+
+def load_export(path: str | Path) -> tuple[Any, Vocabulary]:
+    """The module and the vocabulary of a `--format torch` file."""
+    torch = import_torch()
+    try:
+        # weights_only: tensors, dicts, lists and numbers only; a file that would run code is refused.
+        payload = torch.load(str(path), map_location="cpu", weights_only=True)
+    except OSError as e:
+        raise StorageError(describe_os_error(e, "cannot read the torch export")) from None
+    except Exception as e:  # torch raises RuntimeError, pickle's and zipfile's errors for a foreign file
+        raise CheckpointError(f"{path} is not a torch file eemicrogpt can read: {e}") from None
+    if not isinstance(payload, dict) or set(payload) != set(EXPORT_KEYS):
+        raise CheckpointError(f"{path} is not an eemicrogpt torch export (expected the keys {', '.join(EXPORT_KEYS)})")
+    try:
+        shape = ModelShape(**payload["shape"])
+        module = build_module(shape)
+        module.load_state_dict(payload["state_dict"])
+    except (TypeError, RuntimeError, ValueError) as e:
+        raise CheckpointError(f"{path}: its shape and tensors do not make a model: {e}".splitlines()[0]) from None
+    try:
+        vocab = Vocabulary(tuple(payload["symbols"]))
+    except (TypeError, DataError) as e:
+        raise CheckpointError(f"{path}: its symbols are not a vocabulary: {e}") from None
+    if vocab.size != shape.vocab:
+        raise CheckpointError(f"{path} has {vocab.size} tokens in its vocabulary but {shape.vocab} in its model")
+    return module, vocab
+

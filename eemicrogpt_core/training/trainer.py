@@ -1,0 +1,506 @@
+"""The training loop: backend selection, chunked steps, validation, checkpoints, time budgets and resume.
+
+Steps run in chunks of up to config.chunk_steps per backend call, so Python overhead is paid once per chunk
+(fewer steps on slow backends: about CHUNK_SECONDS each); chunks end on log boundaries so validation and
+checkpoints land on exact steps. The loss sequence does not depend on the chunking, which is what makes
+`--resume` exact. With a target_loss the run also ends (logged and saved) after the chunk in which the
+train loss first reached it (target.py says which step and which seconds count).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from ..backends.adaptive_threads import AdaptiveThreads, auto_candidates
+from ..backends.backend import BackendSession, TrainState
+from ..backends.registry import BackendEntry, BackendRegistry, open_session
+from ..backends.session_checks import CheckedSession, nonfinite_part
+from ..base.errors import (
+    BackendOutputError,
+    ConfigError,
+    EemicrogptError,
+    NonFiniteError,
+    StorageError,
+    describe_os_error,
+)
+from ..data.names import BatchSampler, Dataset, encode, fixed_batches, read_names, split
+from ..model.optim import lr_schedule
+from ..model.shape import ModelShape, init_params
+from ..model.vocab import Vocabulary
+from .checkpoint import Checkpoint, save_checkpoint, software_versions
+from .config import MAX_STEPS, PRESETS, TrainConfig
+from .contention import Contention, cpus_available, load_average
+from .interrupt import deferred_stop, signal_name
+from .rundir import RunDir
+from .target import ROLLING, TargetOutcome, TargetReached, first_reached, seconds_within
+
+WARMUP_STREAM = 3  # batch stream for the time-budget warm-up, so it never shifts the training batches
+CHUNK_SECONDS = 0.25  # slow backends get shorter chunks, so progress and Ctrl-C stay responsive
+
+
+class TrainingDiverged(EemicrogptError):
+    """The loss (or the parameters) became NaN or infinite."""
+
+
+def _is_nonfinite_error(e: Exception) -> bool:
+    """A backend's way of saying "non-finite": NonFiniteError (native sessions and numpy_ref raise it); a
+    third-party Python backend may let numpy's FloatingPointError through."""
+    return isinstance(e, (NonFiniteError, FloatingPointError))
+
+
+def lower_lr(lr: float, d_model: int) -> float:
+    """The --lr to suggest after a divergence: a tenth of this one, or the size's usual rate when this one is
+    far above it (a tenth of 1e30 diverges just the same)."""
+    usual = PRESETS.get(d_model, {}).get("lr", TrainConfig.lr)
+    return usual if lr > 10 * usual else lr / 10
+
+
+@dataclass
+class _Snapshot:
+    """The last state known to be good (the start, or the last log step) and where the batches stood."""
+
+    state: TrainState
+    sampler_state: dict[str, Any]
+
+
+@dataclass
+class RunInfo:
+    """What the run is about to do (for the reporter's header)."""
+
+    backend: BackendEntry
+    cfg: TrainConfig
+    start_step: int
+    total_steps: int
+    n_train: int
+    n_val: int
+    n_truncated: int
+    n_dropped: int
+    run_dir: Path | None
+    shape: ModelShape
+    vocab: Vocabulary
+    data_note: str = ""  # how the data was split when that is not the plain split
+    backend_note: str = ""  # why auto settled for a slower backend
+
+
+class Reporter(Protocol):
+    def start(self, info: RunInfo) -> None: ...
+    def progress(self, step: int, total: int, train_loss: float) -> None: ...
+    def log(self, record: dict[str, Any]) -> None: ...
+    def message(self, text: str) -> None: ...
+    def finish(self) -> None: ...
+
+
+class NullReporter:
+    def start(self, info: RunInfo) -> None:
+        pass
+
+    def progress(self, step: int, total: int, train_loss: float) -> None:
+        pass
+
+    def log(self, record: dict[str, Any]) -> None:
+        pass
+
+    def message(self, text: str) -> None:
+        pass
+
+    def finish(self) -> None:
+        pass
+
+
+@dataclass
+class TrainResult:
+    backend: str
+    state: TrainState
+    total_steps: int
+    losses: np.ndarray  # per-step losses of this invocation (before each update)
+    train_loss: float  # rolling mean of the last ROLLING steps
+    val_loss: float | None  # None without a validation split
+    shape: ModelShape
+    vocab: Vocabulary
+    train_seconds: float  # time inside backend train_steps calls
+    interrupted: bool = False
+    run_dir: Path | None = None
+    records: list[dict[str, Any]] = field(default_factory=list)
+    stop_signal: int | None = None  # the signal that stopped the run, if one did
+    contention: Contention | None = None  # time-budget runs: how busy the machine was
+    target: TargetOutcome | None = None  # runs with a target_loss: whether and when the train loss reached it
+
+    @property
+    def steps_run(self) -> int:
+        return int(self.losses.size)
+
+    @property
+    def us_per_step(self) -> float:
+        return 1e6 * self.train_seconds / max(self.steps_run, 1)
+
+    @property
+    def steps_per_s(self) -> float:
+        return self.steps_run / self.train_seconds if self.train_seconds > 0 else 0.0
+
+
+@dataclass
+class PreparedData:
+    train: Dataset
+    val: Dataset | None  # None: no validation split
+    n_truncated: int
+    n_dropped: int
+    vocab: Vocabulary
+    data_sha256: str = ""  # fingerprint of the names file, stored in checkpoints to check resumes
+    note: str = ""  # the split's note (data.Split.note)
+
+
+def prepare_data(cfg: TrainConfig, vocab: Vocabulary | None = None) -> PreparedData:
+    """Read cfg.data (already resolved to a path), build its vocabulary (or check it against `vocab`, a
+    resumed run's table), encode it at cfg.context and split it with the run's seed."""
+    if not cfg.data:
+        raise EemicrogptError("no names file resolved for this run (internal: resolve cfg.data first)")
+    names = read_names(cfg.data, drop_invalid=cfg.drop_invalid, lowercase=cfg.lowercase, vocab=vocab)
+    vocab = vocab or Vocabulary.from_names(names.names)
+    data, n_truncated = encode(names.names, vocab, cfg.context)
+    parts = split(data, cfg.val_fraction, cfg.seed)
+    return PreparedData(parts.train, parts.validation, n_truncated, names.n_dropped, vocab, names.sha256, parts.note)
+
+
+def evaluate(session: BackendSession, batches: list[tuple[np.ndarray, np.ndarray]]) -> float | None:
+    """Mean of the per-batch mean losses over fixed batches (None without any); the state is not changed.
+    Overflow is not warned about: the caller checks that the mean is finite."""
+    if not batches:
+        return None
+    with np.errstate(over="ignore", invalid="ignore"):
+        return float(np.mean([session.loss_and_grads(t, ln, want_grads=False)[0] for t, ln in batches]))
+
+
+def estimate_steps(session: BackendSession, data: Dataset, cfg: TrainConfig, budget: float) -> tuple[int, float]:
+    """Steps that fit in `budget` seconds, from a timed warm-up on throwaway batches, and the fastest warm-up
+    chunk's seconds per step (the calibration contention.py compares the run with); state is restored.
+
+    The per-step time is the median over several warm-up chunks, so one chunk slowed by a busy machine
+    does not skew the estimate; the first chunk (cold caches, lazy set-up) is not counted.
+    """
+    saved = session.get_state()
+    sampler = BatchSampler(data, cfg.batch, cfg.seed, stream=WARMUP_STREAM)
+    target = min(0.1 * budget, 1.0)  # time spent measuring: at most a tenth of the budget
+    n, spent, per_step = 2, 0.0, []
+    for i in range(64):
+        tokens, lengths = sampler.sample(n)
+        t0 = time.perf_counter()
+        session.train_steps(tokens, lengths, np.full(n, cfg.lr, np.float32))
+        dt = time.perf_counter() - t0
+        if i == 0:
+            continue
+        spent += dt
+        per_step.append(dt / n)
+        if spent >= target and len(per_step) >= 3:
+            break
+        n = min(2 * n, 1000)
+    session.set_state(saved)
+    steps = min(MAX_STEPS, max(1, int(budget / statistics.median(per_step))))  # the cap every run shares
+    return steps, min(per_step)
+
+
+class _Run:
+    """One invocation of the loop: the session, the sampler and the bookkeeping the steps share."""
+
+    def __init__(self, cfg: TrainConfig, entry: BackendEntry, session: BackendSession, data: PreparedData,
+                 shape: ModelShape, run_dir: RunDir | None, resume: Checkpoint | None,
+                 extend_to: int | None = None) -> None:
+        self.cfg, self.entry, self.session, self.run_dir = cfg, entry, session, run_dir
+        self.load_start: float | None = None
+        self.calibration_s: float | None = None  # set for a fresh time-budget run
+        self.shape, self.vocab = shape, data.vocab
+        self.data_sha256 = data.data_sha256
+        self.sampler = BatchSampler(data.train, cfg.batch, cfg.seed)
+        self.val_batches = [] if data.val is None else fixed_batches(data.val, cfg.batch, cfg.eval_batches)
+        self.recent: deque[float] = deque(maxlen=ROLLING)
+        # Training seconds of the earlier invocations, and where the target was reached (if it was).
+        self.seconds_before = resume.train_seconds if resume is not None else 0.0
+        self.reached: TargetReached | None = resume.target_reached if resume is not None else None
+        self.at_target = False  # this invocation reached the target: it stops after that chunk
+        if resume is not None:
+            session.set_state(resume.state)
+            self.sampler.set_state(resume.sampler_state)
+            self.recent.extend(resume.recent_losses)
+            self.total = resume.total_steps if extend_to is None else extend_to
+        else:
+            session.set_state(TrainState.fresh(init_params(shape, cfg.seed)))
+            budget = cfg.time_budget
+            self.total = cfg.steps
+            if budget is not None:
+                self.load_start = load_average()
+                self.total, self.calibration_s = estimate_steps(session, data.train, cfg, budget)
+        start = session.get_state()
+        self.step = int(start.step)
+        self.good = _Snapshot(start, self.sampler.get_state())
+        self.saved_step: int | None = resume.state.step if resume is not None else None
+        self.chunks: list[np.ndarray] = []
+        self.records: list[dict[str, Any]] = []
+        self.seconds = 0.0  # inside train_steps only
+        self.val_loss: float | None = None
+        self.last_lr = float("nan")
+        self.chunk_limit = min(8, cfg.chunk_steps)  # grows to cfg.chunk_steps once the step time is known
+        self.seconds_per_step: float | None = None  # of the last chunk
+        self.adaptive: AdaptiveThreads | None = None  # threads: auto (set by train)
+        self.thread_note: str | None = None  # what threads: auto decided after the last chunk
+        # elapsed_s continues across resumes: it starts from the last record this run kept before now.
+        earlier = run_dir.read_metrics() if run_dir is not None and resume is not None else []
+        self.elapsed_before = max((float(r.get("elapsed_s", 0.0)) for r in earlier
+                                   if r["step"] <= self.step and isinstance(r.get("elapsed_s"), (int, float))),
+                                  default=0.0)
+        self.started = time.perf_counter()
+
+    @property
+    def train_loss(self) -> float:
+        return float(np.mean(self.recent)) if self.recent else float("nan")
+
+    def chunk(self) -> None:
+        """The next chunk of steps; it ends on a log boundary so validation lands on exact steps."""
+        cfg, step = self.cfg, self.step
+        n = min(self.chunk_limit, self.total - step, (step // cfg.log_every + 1) * cfg.log_every - step)
+        if self.adaptive is not None:  # the count for this chunk; short chunks while counts are timed
+            n = self.adaptive.before_chunk(n, self.seconds_per_step)
+        tokens, lengths = self.sampler.sample(n)
+        lrs = lr_schedule(step + 1, n, self.total, cfg.lr)
+        t0 = time.perf_counter()
+        try:
+            losses = np.asarray(self.session.train_steps(tokens, lengths, lrs), dtype=np.float32)
+        except Exception as e:  # not KeyboardInterrupt (a BaseException): that stops the run
+            # NonFiniteError is an EemicrogptError too: test for it before letting user errors through
+            if not _is_nonfinite_error(e):
+                raise
+            raise self._locate_divergence(step + n, e) from None
+        elapsed = time.perf_counter() - t0
+        if cfg.target_loss is not None and self.reached is None:
+            k = first_reached(self.recent, losses, cfg.target_loss)
+            if k is not None:
+                seconds = seconds_within(self.seconds_before + self.seconds, elapsed, k + 1, n)
+                self.reached, self.at_target = TargetReached(step + k + 1, seconds, step + n), True
+        self.seconds += elapsed
+        self.seconds_per_step = elapsed / n
+        if self.adaptive is not None:
+            self.thread_note = self.adaptive.after_chunk(n, elapsed)
+        self.chunk_limit = max(1, min(cfg.chunk_steps, int(CHUNK_SECONDS * n / max(elapsed, 1e-9))))
+        self.step += n
+        self.chunks.append(losses)
+        self.recent.extend(losses.tolist())
+        self.last_lr = float(lrs[-1])
+        if not np.all(np.isfinite(losses)):
+            i = int(np.argmin(np.isfinite(losses)))
+            raise self._diverged(f"the loss became {losses[i]} at step {step + 1 + i}")
+
+    def kept(self) -> str:
+        """What is on disk after a failure."""
+        if self.run_dir is None:
+            return "no run directory, nothing saved"
+        if self.saved_step is None:
+            return f"nothing was saved (the first checkpoint comes at step {self.cfg.log_every})"
+        return f"the last good checkpoint (step {self.saved_step}) is kept in {self.run_dir.path}"
+
+    def _diverged(self, what: str) -> TrainingDiverged:
+        """The one-line error: what happened, what is kept on disk, what to try."""
+        lr = self.cfg.lr
+        return TrainingDiverged(f"training diverged: {what}; {self.kept()}; try a lower --lr (now {lr:g}, e.g. "
+                                f"{lower_lr(lr, self.cfg.d_model):g})")
+
+    def _locate_divergence(self, chunk_end: int, error: Exception) -> TrainingDiverged:
+        """The backend failed somewhere in a chunk without saying where: replay one step at a time from the last
+        good state (same batches, same LRs) to find the step and its loss."""
+        self.session.set_state(self.good.state)
+        sampler = BatchSampler(self.sampler.data, self.cfg.batch, self.cfg.seed)
+        sampler.set_state(self.good.sampler_state)
+        for step in range(int(self.good.state.step) + 1, chunk_end + 1):
+            tokens, lengths = sampler.sample(1)
+            try:
+                loss = float(self.session.train_steps(tokens, lengths, lr_schedule(step, 1, self.total,
+                                                                                     self.cfg.lr))[0])
+            except Exception as e:
+                if not _is_nonfinite_error(e):
+                    raise
+                return self._diverged(f"at step {step} the backend reported: {e}")
+            if not np.isfinite(loss):
+                return self._diverged(f"the loss became {loss} at step {step}")
+        return self._diverged(f"between steps {self.step + 1} and {chunk_end} the backend reported: {error}")
+
+    def at_log_step(self) -> bool:
+        return self.step % self.cfg.log_every == 0 or self.step == self.total or self.at_target
+
+    @property
+    def target(self) -> TargetOutcome | None:
+        return TargetOutcome.of(self.cfg.target_loss, self.reached) if self.cfg.target_loss is not None else None
+
+    def log(self) -> dict[str, Any]:
+        """Validation loss and a metrics record; the checkpoint is saved with it."""
+        state = self.session.get_state()
+        if nonfinite_part(state) is not None:
+            raise self._diverged(f"the parameters became non-finite by step {self.step}")
+        self.good = _Snapshot(state, self.sampler.get_state())
+        try:
+            self.val_loss = evaluate(self.session, self.val_batches)
+        except Exception as e:
+            if not _is_nonfinite_error(e):
+                raise
+            raise self._diverged(f"the validation loss at step {self.step} is not finite ({e})") from None
+        if self.val_loss is not None and not np.isfinite(self.val_loss):
+            raise self._diverged(f"the validation loss became {self.val_loss} at step {self.step}")
+        done = sum(c.size for c in self.chunks)
+        record = {
+            "step": self.step,
+            "train_loss": self.train_loss,
+            "val_loss": self.val_loss,
+            "lr": self.last_lr,
+            "elapsed_s": round(self.elapsed_before + time.perf_counter() - self.started, 4),
+            "us_per_step": round(1e6 * self.seconds / done, 3),
+        }
+        target = self.target
+        if target is not None and (self.at_target or self.step == self.total):  # the run's last record
+            record.update(target.as_record())
+        self.records.append(record)
+        if self.run_dir is not None:
+            try:
+                self.run_dir.append_metric(record)
+            except OSError as e:
+                raise StorageError(describe_os_error(e, "cannot append to the metrics log")) from None
+        self.checkpoint(state)
+        return record
+
+    def checkpoint(self, state: TrainState | None = None) -> str:
+        """Save (when there is a run directory); returns a phrase for the user."""
+        if self.run_dir is None:
+            return "no run directory, nothing saved"
+        state = state if state is not None else self.session.get_state()
+        if nonfinite_part(state) is not None:
+            raise self._diverged(f"the {nonfinite_part(state)} became non-finite by step {self.step}")
+        ckpt = Checkpoint(state, self.total, self.sampler.get_state(), self.cfg, self.vocab, list(self.recent),
+                          self.entry.name, self.data_sha256,
+                          software_versions(f"{self.entry.distribution} {self.entry.version}"),
+                          self.seconds_before + self.seconds, self.reached)
+        try:
+            save_checkpoint(self.run_dir.checkpoint_path, ckpt)
+        except OSError as e:
+            kept = "nothing saved" if self.saved_step is None else f"the checkpoint of step {self.saved_step} is kept"
+            raise StorageError(describe_os_error(e, "cannot save the checkpoint") + f" ({kept})") from None
+        self.saved_step = int(state.step)
+        return "checkpoint saved"
+
+    def contention(self) -> Contention | None:
+        """For a time-budget run: how busy the machine was around it."""
+        done = sum(c.size for c in self.chunks)
+        if self.calibration_s is None or not done:
+            return None
+        return Contention(self.load_start, load_average(), 1e6 * self.calibration_s, 1e6 * self.seconds / done,
+                          cpus_available())
+
+    def result(self, interrupted: bool, stop_signal: int | None = None) -> TrainResult:
+        return TrainResult(
+            backend=self.entry.name,
+            state=self.session.get_state(),
+            total_steps=self.total,
+            losses=np.concatenate(self.chunks) if self.chunks else np.zeros(0, np.float32),
+            train_loss=self.train_loss,
+            val_loss=self.val_loss,
+            shape=self.shape,
+            vocab=self.vocab,
+            train_seconds=self.seconds,
+            interrupted=interrupted,
+            run_dir=self.run_dir.path if self.run_dir else None,
+            records=self.records,
+            stop_signal=stop_signal,
+            contention=self.contention(),
+            target=self.target,
+        )
+
+
+def train(
+    cfg: TrainConfig,
+    registry: BackendRegistry,
+    *,
+    run_dir: RunDir | None = None,
+    resume: Checkpoint | None = None,
+    reporter: Reporter | None = None,
+    data: PreparedData | None = None,
+    extend_to: int | None = None,
+) -> TrainResult:
+    """Train cfg (backend and data already resolved) and return the result; Ctrl-C saves and returns.
+
+    The first Ctrl-C stops at the next chunk boundary; a KeyboardInterrupt between chunks (a second Ctrl-C,
+    or one raised by a reporter) also saves, while one inside a backend call keeps the last checkpoint,
+    because the state in the middle of a chunk matches no step.
+
+    extend_to (with resume): train on to this many steps in all, also past a finished run's end. The linear
+    decay is then re-spanned over the new total: step s after the checkpoint uses lr (1 - (s - 1) / extend_to),
+    as if the run had been planned that long; the steps already run keep the rates they had.
+    """
+    if extend_to is not None:
+        if resume is None:
+            raise EemicrogptError("extend_to needs a run to resume (internal)")
+        if not int(resume.state.step) < extend_to <= MAX_STEPS:
+            raise ConfigError(f"--steps {extend_to:,} must be more than the {int(resume.state.step):,} steps this "
+                              f"run has done (and at most {MAX_STEPS:,})")
+    reporter = reporter or NullReporter()
+    data = data or prepare_data(cfg, resume.vocab if resume is not None else None)
+    shape = cfg.model_shape(data.vocab.size)
+    entry = registry.select(cfg.backend, shape, cfg.batch, cfg.dtype, cfg.precision)
+    auto = cfg.backend in ("", "auto")
+    backend_note = (registry.fallback_note(entry, shape, cfg.batch, cfg.dtype) if auto else None) or ""
+    with open_session(entry, shape, cfg.batch, cfg.dtype, cfg.threads) as opened:
+        session = CheckedSession(opened, shape, cfg.dtype, entry.name)  # every output checked before use
+        run = _Run(cfg, entry, session, data, shape, run_dir, resume, extend_to)
+        if cfg.threads is None and entry.spec is not None and entry.spec.thread_independent and opened.threads > 1:
+            # threads: auto. Any count trains the same bits here, so the count can follow the machine's load.
+            run.adaptive = AdaptiveThreads(opened, auto_candidates(opened.threads))
+        if run_dir is not None:
+            try:
+                run_dir.write_config(cfg)
+                run_dir.keep_metrics_until(run.step)
+            except OSError as e:
+                raise StorageError(describe_os_error(e, "cannot write the run directory")) from None
+        n_val = 0 if data.val is None else len(data.val)
+        reporter.start(RunInfo(entry, cfg, run.step, run.total, len(data.train), n_val, data.n_truncated,
+                               data.n_dropped, run_dir.path if run_dir else None, shape, data.vocab, data.note,
+                               backend_note))
+        interrupted, in_chunk, signum = False, False, None
+
+        def note(first: int) -> None:
+            reporter.message(f"{signal_name(first)}: stopping after this chunk (send it again to abort)")
+
+        try:
+            with deferred_stop(note) as stop:
+                while run.step < run.total and not stop.requested and not run.at_target:
+                    in_chunk = True
+                    run.chunk()
+                    in_chunk = False
+                    if run.thread_note is not None:
+                        reporter.message(run.thread_note)
+                        run.thread_note = None
+                    if run.at_log_step():  # before the progress callback, so an interrupt there keeps the log
+                        reporter.log(run.log())
+                    if run.at_target and run.target is not None:
+                        reporter.message(f"{run.target.describe()} (mean of the last {ROLLING} steps); stopped "
+                                         f"at step {run.step:,}, the end of that chunk")
+                    reporter.progress(run.step, run.total, run.train_loss)
+                signum = stop.signum
+                if run.step >= run.total and run.target is not None and not run.target.reached:
+                    reporter.message(f"{run.target.describe()} in {run.total:,} steps (final train loss "
+                                     f"{run.train_loss:.4f}, mean of the last {ROLLING} steps)")
+                if stop.requested and run.step < run.total and not run.at_target:
+                    interrupted = True
+                    reporter.message(f"stopped at step {run.step}/{run.total}; {run.checkpoint()}")
+        except BackendOutputError as e:
+            raise BackendOutputError(f"{e}; {run.kept()}") from None
+        except KeyboardInterrupt:
+            interrupted = True
+            if in_chunk:
+                saved = run_dir is not None and run_dir.checkpoint_path.exists()
+                kept = "the last saved checkpoint is kept" if saved else "nothing was saved yet"
+                reporter.message(f"interrupted inside a backend call; {kept}")
+            else:
+                reporter.message(f"interrupted at step {run.step}/{run.total}; {run.checkpoint()}")
+        finally:
+            reporter.finish()
+        return run.result(interrupted, signum)
