@@ -23,7 +23,7 @@ from eemicrogpt_core.backends.registry import load_registry
 from eemicrogpt_core.base.errors import ConfigError
 from eemicrogpt_core.data import datafile
 from eemicrogpt_core.interface import cli
-from eemicrogpt_core.training import config
+from eemicrogpt_core.training import config, runs
 from eemicrogpt_core.training.checkpoint import load_checkpoint
 from eemicrogpt_core.training.config import TrainConfig
 from eemicrogpt_core.training.rundir import RunDir
@@ -263,7 +263,7 @@ def _config_from_flags(monkeypatch: pytest.MonkeyPatch, names_file: Path, *args:
         seen.append(cfg)
         raise ConfigError("stop")
 
-    monkeypatch.setattr(cli, "check_memory", capture)
+    monkeypatch.setattr(runs, "check_memory", capture)
     result = run("train", "--data", str(names_file), *args)
     assert len(seen) == 1, result.output
     return seen[0]

@@ -266,11 +266,11 @@ def test_resume_on_an_edited_names_file_is_refused_unless_asked(run_copy: Path, 
     edited = tmp_path / "names.txt"
     edited.write_text(names_file.read_text() + "zzyzx\n")
     result = run("train", "--resume", str(run_copy), "--data", str(edited))
-    assert_one_line_error(result, f"names file {edited} is not the one this run trained on", "--allow-data-change")
+    assert_one_line_error(result, f"data file {edited} is not the one this run trained on", "--allow-data-change")
     assert load_checkpoint(run_copy / "checkpoint.npz").state.step == 100  # untouched
     result = run("train", "--resume", str(run_copy), "--data", str(edited), "--allow-data-change")
     assert result.exit_code == 0, result.output
-    assert "continuing on a different names file" in result.stdout
+    assert "continuing on a different data file" in result.stdout
     assert_one_line_error(run("train", "--allow-data-change", "--data", str(names_file)),
                           "--allow-data-change only applies with --resume")
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -12,19 +11,17 @@ import numpy as np
 from ..backends.registry import load_registry
 from ..base.errors import ConfigError
 from ..base.paths import user_path
-from ..data.datafile import resolve_data_path
 from ..data.names import clean_prefix
 from ..model.sampling import generate
 from ..model.shape import ModelShape
 from ..model.vocab import Vocabulary
+from ..training import runs
 from ..training.checkpoint import load_checkpoint
-from ..training.config import TrainConfig, load_config, resolve_backend
-from ..training.limits import check_memory
+from ..training.config import TrainConfig, load_config
 from ..training.progress import RichReporter
 from ..training.rundir import RunDir
 from ..training.target import TargetOutcome
-from ..training.trainer import NullReporter, prepare_data
-from ..training.trainer import train as train_loop
+from ..training.trainer import NullReporter
 
 
 @dataclass
@@ -92,19 +89,10 @@ def train(config: str | Path | None = None, *, data: str | Path | None = None, b
     progress: a progress bar and log lines (in a terminal or a notebook), or nothing.
     """
     cfg = load_config(user_path(config, "config") if config is not None else None, keys)
-    check_memory(cfg)
-    cfg = dataclasses.replace(cfg, backend=resolve_backend(backend, cfg.backend))
-    cfg = dataclasses.replace(cfg, data=str(resolve_data_path(str(data) if data is not None else None, cfg.data)))
     registry = load_registry()
-    prepared = prepare_data(cfg)
-    run_dir = RunDir.create(cfg.out, cfg)
-    cfg = dataclasses.replace(cfg, out=str(run_dir.path))
-    run_dir.claim()
-    try:
-        result = train_loop(cfg, registry, run_dir=run_dir, reporter=RichReporter() if progress else NullReporter(),
-                            data=prepared)
-    finally:
-        run_dir.release()
+    plan = runs.plan_fresh(registry, cfg, backend=backend, data=str(data) if data is not None else None)
+    cfg = plan.cfg
+    result = runs.execute(plan, registry, RichReporter() if progress else NullReporter())
     return Run(result.state.params, result.shape, result.vocab, cfg, result.run_dir, int(result.state.step),
                result.total_steps, list(result.records), result.losses, result.backend, result.target)
 

@@ -21,20 +21,20 @@ from typer.core import TyperGroup
 from .. import __version__
 from ..backends.precision import FP32, PRECISIONS
 from ..backends.registry import BackendRegistry, load_registry, peak_gflops
-from ..base.errors import CheckpointError, ConfigError, EemicrogptError, describe_os_error
+from ..base.errors import ConfigError, EemicrogptError, describe_os_error
 from ..base.paths import user_path
-from ..data.datafile import given_data_path, resolve_data_path
+from ..data.datafile import resolve_data_path
 from ..data.names import clean_prefix, encode, read_names, split
 from ..model.sampling import generate
 from ..model.shape import DEFAULT_CONTEXT, NAMES_VOCAB, ModelShape
 from ..model.vocab import Vocabulary
 from ..tools import bench
-from ..training.checkpoint import Checkpoint, load_checkpoint
-from ..training.config import MAX_D_MODEL, SETTINGS, TrainConfig, build_config, load_config, resolve_backend
-from ..training.limits import check_memory
+from ..training import runs
+from ..training.checkpoint import load_checkpoint
+from ..training.config import MAX_D_MODEL, SETTINGS, TrainConfig, load_config
 from ..training.progress import RichReporter
 from ..training.rundir import RunDir
-from ..training.trainer import PreparedData, TrainResult, prepare_data, train
+from ..training.trainer import PreparedData, TrainResult
 from .config_options import flag_of, with_config_options
 from .versions import version_report
 
@@ -139,81 +139,6 @@ def _summary(result: TrainResult, cfg: TrainConfig, console: Console) -> None:
         console.print(f"run directory: {result.run_dir}", highlight=False)
 
 
-def _fresh_setup(
-    registry: BackendRegistry, config: Path | None, overrides: dict[str, Any], backend: str | None, data: str | None
-) -> tuple[TrainConfig, RunDir, PreparedData]:
-    """Resolve config, backend and data, and check all of them before a run directory is created."""
-    cfg = load_config(user_path(config, "--config") if config else None, overrides)
-    check_memory(cfg)
-    cfg = dataclasses.replace(cfg, backend=resolve_backend(backend, cfg.backend))
-    given = given_data_path(data, cfg.data)
-    if given is None:  # the makemore names: their vocabulary is known before the download, so check first
-        registry.select(cfg.backend, cfg.model_shape(NAMES_VOCAB), cfg.batch, cfg.dtype, cfg.precision)
-    cfg = dataclasses.replace(cfg, data=str(given or resolve_data_path(None, None)))
-    prepared = prepare_data(cfg)
-    if given is not None:  # a user's file decides the vocabulary: check before a run directory is created
-        registry.select(cfg.backend, cfg.model_shape(prepared.vocab.size), cfg.batch, cfg.dtype, cfg.precision)
-    run = RunDir.create(cfg.out, cfg)
-    return dataclasses.replace(cfg, out=str(run.path)), run, prepared
-
-
-def _check_same_data(ckpt: Checkpoint, prepared: PreparedData, cfg: TrainConfig, allow_change: bool,
-                     console: Console) -> None:
-    """A resume on other names than the run trained on is refused unless asked for: the batches would differ."""
-    if not ckpt.data_sha256:
-        console.print("note: this checkpoint predates names-file fingerprints; the names file is not checked",
-                      highlight=False)
-    elif ckpt.data_sha256 != prepared.data_sha256:
-        if not allow_change:
-            raise CheckpointError(
-                f"names file {cfg.data} is not the one this run trained on (sha256 {prepared.data_sha256[:12]}..., "
-                f"saved {ckpt.data_sha256[:12]}...); pass --data with the original file, or --allow-data-change "
-                "to continue on this one"
-            )
-        console.print(f"note: continuing on a different names file ({cfg.data}); the batches differ from the "
-                      "original run's", highlight=False)
-
-
-def _resume_setup(
-    registry: BackendRegistry, resume: Path, backend: str | None, data: str | None, allow_data_change: bool,
-    console: Console, extend_to: int | None = None,
-) -> tuple[TrainConfig, RunDir, Checkpoint, PreparedData] | None:
-    """The saved run with only backend and data overridable; None when it has already finished (and no
-    extend_to asks for more steps)."""
-    run = RunDir.existing(resume)
-    ckpt = load_checkpoint(run.checkpoint_path)
-    data_path = user_path(data, "--data") if data else ckpt.config.data
-    cfg = dataclasses.replace(
-        ckpt.config, backend=resolve_backend(backend, ckpt.config.backend), data=str(data_path) if data_path else None,
-        out=str(run.path),
-    )
-    if extend_to is not None:
-        if extend_to <= ckpt.state.step:
-            raise ConfigError(f"--steps {extend_to:,} with --resume must be more than the {int(ckpt.state.step):,} "
-                              "steps this run has done")
-        cfg = dataclasses.replace(cfg, steps=extend_to)
-        console.print(f"extending to {extend_to:,} steps (from {ckpt.total_steps:,}): the learning rate decays "
-                      f"linearly to 0 over all {extend_to:,}, so step {int(ckpt.state.step) + 1:,} continues at "
-                      f"{ckpt.config.lr * (1 - ckpt.state.step / extend_to):.3g}", highlight=False)
-    elif ckpt.finished:
-        reached = ckpt.target_reached
-        how = (f"stopped at step {int(ckpt.state.step):,} on reaching target_loss {ckpt.config.target_loss:g}"
-               if reached is not None and ckpt.state.step == reached.stop else f"{ckpt.total_steps:,} steps")
-        console.print(f"{run.path} already finished ({how}); nothing to resume (pass --steps N to train on to N "
-                      "steps)", highlight=False)
-        return None
-    chosen = registry.select(cfg.backend, ckpt.shape, cfg.batch, cfg.dtype, cfg.precision).name
-    prepared = prepare_data(cfg, ckpt.vocab)
-    _check_same_data(ckpt, prepared, cfg, allow_data_change, console)
-    if ckpt.backend and chosen != ckpt.backend:
-        console.print(f"note: this run was trained on {ckpt.backend} and continues on {chosen}; the "
-                      f"losses will not match an uninterrupted {ckpt.backend} run bit for bit", highlight=False)
-    saved_core = ckpt.versions.get("eemicrogpt")
-    if saved_core and saved_core != __version__:
-        console.print(f"note: this run was saved by eemicrogpt {saved_core}; this is {__version__}", highlight=False)
-    return cfg, run, ckpt, prepared
-
-
 @app.command("train")
 @with_config_options
 def train_cmd(
@@ -233,6 +158,10 @@ def train_cmd(
     Each value comes from: its flag > the --config file > the preset of the chosen d_model > the built-in default.
     """
     console = Console(soft_wrap=True)  # log lines stay whole in logs and pipes
+
+    def note(text: str) -> None:
+        console.print(text, highlight=False)
+
     # backend and data have their own precedence, with an environment variable between flag and config.
     backend, data = overrides.pop("backend"), overrides.pop("data")
     registry = load_registry()
@@ -246,27 +175,23 @@ def train_cmd(
             allowed = ", ".join(flag_of(key) for key, setting in SETTINGS.items() if setting.on_resume)
             raise ConfigError(f"--resume continues the saved config; drop {', '.join(given)} "
                               f"(only {allowed} may change, and --steps extends the run)")
-        setup = _resume_setup(registry, resume, backend, data, allow_data_change, console, extend_to)
-        if setup is None:
-            return
-        cfg, run, ckpt, prepared = setup
         changes = {key: overrides[key] for key in changeable if overrides[key] is not None}
-        if changes:
-            cfg = build_config([("command line", changes)], cfg)  # checked like any override
+        planned = runs.plan_resume(registry, resume, backend=backend, data=data, allow_data_change=allow_data_change,
+                                   extend_to=extend_to, changes=changes, note=note)
+        if isinstance(planned, runs.AlreadyFinished):
+            note(planned.describe())
+            return
+        plan = planned
     else:
         if allow_data_change:
             raise ConfigError("--allow-data-change only applies with --resume")
-        cfg, run, prepared = _fresh_setup(registry, config, overrides, backend, data)
-        ckpt, extend_to = None, None
-    run.claim()  # a second process training (or resuming) this directory stops here
-    try:
-        result = train(cfg, registry, run_dir=run, resume=ckpt, reporter=RichReporter(console), data=prepared,
-                       extend_to=extend_to)
-    finally:
-        run.release()
+        cfg = load_config(user_path(config, "--config") if config else None, overrides)
+        plan = runs.plan_fresh(registry, cfg, backend=backend, data=data)
+    cfg = plan.cfg
+    result = runs.execute(plan, registry, RichReporter(console))
     _summary(result, cfg, console)
     if result.interrupted:
-        console.print(f"resume with: eemicrogpt train --resume {run.path}", highlight=False)
+        console.print(f"resume with: eemicrogpt train --resume {plan.run_dir.path}", highlight=False)
         raise typer.Exit(128 + (result.stop_signal or signal.SIGINT))  # the shell's convention: 130 for Ctrl-C
 
 

@@ -20,11 +20,12 @@ from ..base.errors import BackendSelectionError, EemicrogptError
 from ..data.names import Dataset, encode, read_names, split
 from ..model.shape import NAMES_VOCAB
 from ..model.vocab import Vocabulary
+from ..training import runs
 from ..training.checkpoint import load_checkpoint
 from ..training.config import TrainConfig, build_config
 from ..training.rundir import RunDir
 from ..training.target import TargetOutcome
-from ..training.trainer import PreparedData, prepare_data, train
+from ..training.trainer import PreparedData, prepare_data
 
 DONE, FAILED, INTERRUPTED = "done", "failed", "interrupted"
 UNAVAILABLE = "unavailable"  # no backend here runs the run's precision or shape: skipped, not failed
@@ -112,20 +113,16 @@ def run_one(task: dict[str, Any], registry: BackendRegistry) -> dict[str, Any]:
         run = RunDir(Path(task["run_dir"]))
         resume = None
         if run.checkpoint_path.is_file():
-            resume = load_checkpoint(run.checkpoint_path)
-            if resume.finished:
-                record.update(_finished_record(run), resumed_from=int(resume.state.step))
+            planned = runs.plan_resume(registry, run.path, backend=cfg.backend, data=cfg.data,
+                                       prepare=prepared_data)
+            if isinstance(planned, runs.AlreadyFinished):
+                record.update(_finished_record(run), resumed_from=int(planned.checkpoint.state.step))
                 return _finish(record, started)
-            cfg = dataclasses.replace(resume.config, backend=cfg.backend, data=cfg.data, out=str(run.path))
+            plan, resume = planned, planned.resume
         else:
-            cfg = dataclasses.replace(cfg, out=str(run.path))
-            run = RunDir.create(cfg.out, cfg)
-        run.claim()  # as `eemicrogpt train` does: no second process trains this directory meanwhile
-        try:
-            data = prepared_data(cfg, resume.vocab if resume is not None else None)
-            result = train(cfg, registry, run_dir=run, resume=resume, data=data)
-        finally:
-            run.release()
+            plan = runs.plan_fresh(registry, dataclasses.replace(cfg, out=str(run.path)), backend=cfg.backend,
+                                   data=cfg.data, prepare=prepared_data)
+        result = runs.execute(plan, registry)
         steps = int(result.state.step)
         if result.interrupted:  # what a resume continues from (a stop inside a backend call keeps an older one)
             steps = int(load_checkpoint(run.checkpoint_path).state.step) if run.checkpoint_path.is_file() else 0
