@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from eemicrogpt_core.base.abi import MAX_VOCAB
 from eemicrogpt_core.base.errors import DataError
 from eemicrogpt_core.data.names import read_names
 from eemicrogpt_core.model.vocab import MAX_SYMBOLS, Vocabulary
@@ -80,3 +81,21 @@ def test_too_many_characters_is_one_error_naming_the_count_and_the_rarest(tmp_pa
 def test_a_malformed_symbol_table_is_refused(symbols: tuple[str, ...]) -> None:
     with pytest.raises(DataError):
         Vocabulary(symbols)
+
+
+def test_a_text_vocabulary_has_no_boundary_token() -> None:
+    vocab = Vocabulary(("\n", " ", "a", "b"), with_boundary=False)
+    assert vocab.size == 4
+    assert vocab.decode([2, 3, 0, 1, 2]) == "ab\n a"  # no token ends the text
+    assert "boundary" not in vocab.describe()
+    with pytest.raises(ValueError, match="no boundary"):
+        _ = vocab.boundary
+    lists = Vocabulary(("a", "b"))
+    assert lists.size == 3 and lists.boundary == 2 and lists.decode([0, 2, 1]) == "a"
+
+
+def test_a_text_vocabulary_may_use_every_token() -> None:
+    every = tuple(chr(0x100 + i) for i in range(MAX_VOCAB))
+    assert Vocabulary(every, with_boundary=False).size == MAX_VOCAB
+    with pytest.raises(DataError, match=f"at most {MAX_VOCAB - 1}"):
+        Vocabulary(every)

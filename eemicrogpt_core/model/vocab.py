@@ -1,8 +1,9 @@
-"""The symbol table: the training file's distinct characters, sorted, plus the boundary token (the last).
+"""The symbol table: the training file's distinct characters, sorted, plus (for lists) the boundary token.
 
 As microgpt builds it (`uchars = sorted(set(''.join(docs)))`, `BOS = len(uchars)`): characters are Unicode
 code points after NFC normalisation (data.py normalises), sorted by code point, so the makemore names give
-tokens a..z = 0..25 and the boundary 26.
+tokens a..z = 0..25 and the boundary 26. A text is one stream with no items to start and end, so its
+vocabulary has no boundary token (`with_boundary=False`): its tokens are its characters alone.
 """
 
 from __future__ import annotations
@@ -28,12 +29,14 @@ def _show(ch: str) -> str:
 @dataclass(frozen=True)
 class Vocabulary:
     symbols: tuple[str, ...]  # one character each, sorted by code point, distinct
+    with_boundary: bool = True  # lists: a boundary token after the symbols; texts: none
 
     def __post_init__(self) -> None:
         if not self.symbols:
             raise DataError("the vocabulary is empty: the data has no characters")
-        if len(self.symbols) > MAX_SYMBOLS:
-            raise DataError(f"{len(self.symbols)} distinct characters; at most {MAX_SYMBOLS} fit a vocabulary")
+        most = MAX_SYMBOLS if self.with_boundary else MAX_VOCAB
+        if len(self.symbols) > most:
+            raise DataError(f"{len(self.symbols)} distinct characters; at most {most} fit a vocabulary")
         if any(len(ch) != 1 for ch in self.symbols) or list(self.symbols) != sorted(set(self.symbols)):
             raise DataError("a vocabulary's symbols must be distinct single characters in code-point order")
 
@@ -55,11 +58,13 @@ class Vocabulary:
 
     @property
     def size(self) -> int:
-        """Tokens, the boundary included (the model's vocab)."""
-        return len(self.symbols) + 1
+        """Tokens, the boundary included where there is one (the model's vocab)."""
+        return len(self.symbols) + int(self.with_boundary)
 
     @property
     def boundary(self) -> int:
+        if not self.with_boundary:
+            raise ValueError("a text's vocabulary has no boundary token")
         return len(self.symbols)
 
     @cached_property
@@ -76,10 +81,10 @@ class Vocabulary:
         return [index[ch] for ch in text]
 
     def decode(self, tokens: Iterable[int]) -> str:
-        """Characters of tokens up to the first boundary."""
+        """Characters of tokens up to the first boundary (all of them for a text's vocabulary)."""
         out = []
         for tok in tokens:
-            if int(tok) >= self.boundary:
+            if int(tok) >= len(self.symbols):
                 break
             out.append(self.symbols[int(tok)])
         return "".join(out)
@@ -89,4 +94,4 @@ class Vocabulary:
         shown = "".join(_show(ch) if ch != " " else "␠" for ch in self.symbols)
         if self.symbols == NAMES_SYMBOLS:
             shown = "a-z"
-        return f"{self.size} tokens: {shown} and the boundary"
+        return f"{self.size} tokens: {shown}" + (" and the boundary" if self.with_boundary else "")
