@@ -215,6 +215,7 @@ def test_eval_on_the_held_out_part_gives_the_validation_line(text_cfg: TrainConf
     printed = run("eval", str(out), "--data", str(held_out), "--backend", "numpy_ref")
     assert printed.exit_code == 0, printed.output
     assert f"loss {val:.4f} nats" in printed.stdout and "bits per character" in printed.stdout
+    one_line_error(run("sample", str(out)), "trained on a text")  # names sampling has no end to stop at here
 
 
 def test_eval_of_a_list_run_counts_every_name(tmp_path: Path, names_file: Path) -> None:
