@@ -128,8 +128,9 @@ class TrainConfig:
     data_format: str = _key("lines", "lines: one item (a name) per line, each a sequence of its own; text: the file "
                             "is one stream of characters, trained on in windows of context + 1 (--text)",
                             choices=DATA_FORMATS, switch=("--text", "text"))
-    data: str | None = _key(None, "data file (precedence: this flag > $EEMICROGPT_DATA > config > cached makemore "
-                            "names.txt)", on_resume=True)
+    data: str | None = _key(None, "data file (precedence: this flag > $EEMICROGPT_DATA, or $EEMICROGPT_TEXT_DATA for "
+                            "a text > config > the format's default, cached: makemore names.txt or tiny Shakespeare)",
+                            on_resume=True)
     drop_invalid: bool = _key(False, "skip (and count) lines with a control character, or on --resume a character "
                               "outside the run's vocabulary, instead of failing")
     lowercase: bool = _key(False, "fold upper case to lower case before the vocabulary is built")
