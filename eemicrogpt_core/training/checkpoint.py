@@ -216,12 +216,12 @@ def _target_field(meta: dict[str, Any], step: int) -> TargetReached | None:
     return TargetReached(reached, _seconds_field(value.get("seconds"), "target_reached.seconds"), stop)
 
 
-def _vocab_field(meta: dict[str, Any]) -> Vocabulary:
+def _vocab_field(meta: dict[str, Any], config: TrainConfig) -> Vocabulary:
     symbols = meta.get("symbols")
     if not isinstance(symbols, list) or not all(isinstance(ch, str) for ch in symbols):
         raise CheckpointError("symbols must be a list of characters")
     try:
-        return Vocabulary(tuple(symbols))
+        return Vocabulary(tuple(symbols), with_boundary=config.data_format != "text")  # the format decides
     except DataError as e:
         raise CheckpointError(f"damaged symbol table ({e})") from None
 
@@ -248,7 +248,7 @@ def _read(path: Path) -> Checkpoint:
             config = build_config([(f"{path} (saved config)", saved_config)])
         except ConfigError as e:
             raise CheckpointError(str(e)) from None
-        vocab = Vocabulary.names() if legacy else _vocab_field(meta)
+        vocab = Vocabulary.names() if legacy else _vocab_field(meta, config)
         step, total, sampler_state, recent = _checked(meta)
         try:
             shape = config.model_shape(vocab.size)
