@@ -89,10 +89,10 @@ def measure(lib: str, d_model: int, vocab: int, batch: int, rounds: int, target_
 
 def measured_peak() -> float | None:
     try:
-        from eemicrogpt_backend_x86.plugin import eemicrogpt_fp32_peak_gflops
+        from eemicrogpt_backend_x86.plugin import eemicrogpt_peak_gflops
     except ImportError:
         return None
-    return eemicrogpt_fp32_peak_gflops(0.5)
+    return eemicrogpt_peak_gflops("fp32", 0.5)
 
 
 def main() -> None:
