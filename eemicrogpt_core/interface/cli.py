@@ -360,8 +360,8 @@ def bench_cmd(
     d_model: Annotated[list[int] | None, typer.Option(help="sizes to run (repeatable; default 16 32 64 128)")] = None,
     batch_scaling: Annotated[bool, typer.Option("--batch-scaling", help="batch 1/16/64/256 on the best")] = False,
     loss_at: Annotated[
-        float | None, typer.Option(help="also: best loss within this many seconds per size (the seed's "
-                                   "bpc@1s; on the last --threads value)")
+        float | None, typer.Option(help="also: best loss within this many seconds of training per size "
+                                   "(EEmicroGPT's bpc@1s table; on the last --threads value)")
     ] = None,
     peak_gflops_: Annotated[
         float | None, typer.Option("--peak-gflops", help="one core's FP32 peak to compare against (default: "

@@ -33,7 +33,7 @@ from typing import IO, Any
 import numpy as np
 
 from .. import __version__
-from ..backends.backend import TrainState
+from ..backends.backend import STATE_ARRAYS, TrainState
 from ..base.atomic import atomic_write_bytes
 from ..base.errors import CheckpointError, ConfigError, DataError
 from ..data.names import sampler_state_problem
@@ -46,7 +46,6 @@ FORMAT = "eemicrogpt-checkpoint"
 VERSION = 3  # 3 added symbols, n_layers and context; 2 added data_sha256 and versions
 READABLE_VERSIONS = (1, 2, 3)
 LEGACY_CONTEXT = 15  # formats 1-2: rows of 16 tokens, boundaries included
-_ARRAYS = ("params", "adam_m", "adam_v")
 _FLOATS = (np.dtype("<f4"), np.dtype("<f8"))
 MAX_META_BYTES = 1 << 20  # the JSON is a few KB; a bigger meta member is not ours
 MAX_RECENT_LOSSES = 100_000
@@ -108,7 +107,7 @@ def save_checkpoint(path: Path, ckpt: Checkpoint) -> None:
         r = ckpt.target_reached
         meta["target_reached"] = {"step": r.step, "seconds": float(r.seconds), "stop": r.stop}
     buf = io.BytesIO()
-    arrays: dict[str, Any] = {name: _float_array(getattr(ckpt.state, name)) for name in _ARRAYS}
+    arrays: dict[str, Any] = {name: _float_array(getattr(ckpt.state, name)) for name in STATE_ARRAYS}
     np.savez(buf, meta=np.array(json.dumps(meta, allow_nan=False)), **arrays)
     atomic_write_bytes(Path(path), buf.getvalue())
 
@@ -234,7 +233,7 @@ def _drop_legacy_position(stored: ModelShape, flat: np.ndarray) -> np.ndarray:
 
 def _read(path: Path) -> Checkpoint:
     with zipfile.ZipFile(path) as zf:
-        missing = [k for k in ("meta", *_ARRAYS) if f"{k}.npy" not in zf.namelist()]
+        missing = [k for k in ("meta", *STATE_ARRAYS) if f"{k}.npy" not in zf.namelist()]
         if missing:
             raise CheckpointError(f"not an eemicrogpt checkpoint (missing {', '.join(missing)})")
         meta = _parse_meta(_meta_text(zf))
@@ -258,7 +257,7 @@ def _read(path: Path) -> Checkpoint:
             if legacy else shape
         n = stored.n_params
         describe = f"for {stored.describe()}"
-        arrays = {name: _read_member(zf, f"{name}.npy", ((n,), _FLOATS), describe) for name in _ARRAYS}
+        arrays = {name: _read_member(zf, f"{name}.npy", ((n,), _FLOATS), describe) for name in STATE_ARRAYS}
         if legacy:
             arrays = {name: _drop_legacy_position(stored, a) for name, a in arrays.items()}
     for name, array in arrays.items():

@@ -37,9 +37,10 @@ DATA_FORMATS = ("lines", "text")  # lines: one name (item) per line; text: one s
 BACKEND_ENV_VAR = "EEMICROGPT_BACKEND"
 DEFAULT_SOURCE = "built-in default"
 
-# Upper bounds, checked before anything is allocated. The C backends serve d_model 16..128; numpy_ref runs any
-# width, and 1024 (12.6M parameters) is already far beyond what these CPUs train usefully. Steps: the trainer
-# keeps every step's loss of an invocation in memory (4 bytes each), 400 MB at the bound.
+# Upper bounds, checked before anything is allocated. A native backend serves the widths its library declares
+# (emg_supports; `eemicrogpt backends` shows each envelope, at most 256 today); numpy_ref runs any width, and
+# 1024 (12.6M parameters) is already far beyond what these CPUs train usefully. Steps: the trainer keeps every
+# step's loss of an invocation in memory (4 bytes each), 400 MB at the bound.
 MAX_D_MODEL = 1024
 # The largest batch a config may ask for (numpy_ref takes all of it; a native session at most abi.MAX_NATIVE_BATCH).
 MAX_CONFIG_BATCH = 4096
@@ -116,7 +117,7 @@ class TrainConfig:
     time_budget: float | None = _key(  # seconds; when set, the steps that fit replace `steps`
         None, "seconds of training (measured by a short warm-up first); the steps that fit replace --steps",
         minimum=0.0, open_minimum=True, maximum=MAX_TIME_BUDGET)
-    # trainer.TargetTracker says exactly which step and which seconds count.
+    # target.py says exactly which step and which seconds count (first_reached, seconds_within).
     target_loss: float | None = _key(
         None, "stop once the train loss (mean of the last 100 steps, as printed) is <= this; the run records "
         "the steps and training seconds it took (--steps or --time-budget still caps the run)",
