@@ -21,17 +21,21 @@ first is predicted once. Both sides are evaluated in PyTorch float32 (eemicrogpt
 eemicrogpt_core.tools.torch_model), so the number is computed by one piece of code.
 
 The clock is training time only. PyTorch: wall seconds of the training iterations (batch drawing, forward,
-backward, clipping, the AdamW step); the clock is paused while the held-out part is evaluated, every
---eval-every iterations. eemicrogpt: its `eemicrogpt train` command runs as a user would run it; its
-metrics.jsonl records hold the step and `us_per_step`, the mean over the run so far of the seconds inside the
-backend's train_steps calls, so the training seconds at a record are us_per_step x step (the records have no
-cumulative seconds field). That excludes the trainer's Python between chunks (batch drawing, the LR list),
-its validation and its checkpoints. While it trains, each checkpoint it writes at a log step (--log-every
-steps) is kept by a hard link, and after the run every kept checkpoint is evaluated on the held-out part.
+backward, clipping, the AdamW step), paused while the held-out part is evaluated. eemicrogpt: its `eemicrogpt
+train` command runs as a user would run it; its metrics.jsonl records hold the step and `us_per_step`, the
+mean over the run so far of the seconds inside the backend's train_steps calls, so the training seconds at a
+record are us_per_step x step (the records have no cumulative seconds field). That leaves out the trainer's
+Python between chunks (batch drawing, the LR list), its own validation and its checkpoints.
 
-Reported per side: the training seconds of the first evaluation at or below each validation loss (2.2, 2.0,
-1.9, 1.88), an upper bound with the evaluation interval as its resolution; and the best validation loss of the
-evaluations within 60 s and 300 s of training.
+When to evaluate is one schedule in training seconds for both sides (Schedule): --eval-seconds apart, or
+--eval-spacing of the time so far when that is longer, and just before 60 s and 300 s. PyTorch evaluates
+after the iteration at which one is due. eemicrogpt writes a checkpoint at every log step (--emg-log-every
+steps); while it trains, each checkpoint at which an evaluation is due is kept by a hard link, and after the
+run every kept one is evaluated.
+
+Reported per side: the training seconds of the first evaluation at or below each validation loss (2.20, 2.00,
+1.90, 1.88), an upper bound whose resolution is the interval between evaluations; and the best validation
+loss of the evaluations within 60 s and 300 s of training.
 
     python benchmarks/nanogpt_recipe.py                       # the whole comparison: a few minutes of training
     python benchmarks/nanogpt_recipe.py --json > nanogpt.json
@@ -67,7 +71,7 @@ POLL_SECONDS = 0.02  # how often the eemicrogpt run directory is checked for a n
 # --smoke: a few iterations on a slice of the file; the numbers it prints measure nothing.
 SMOKE_CHARS = 20_000
 SMOKE_ITERS = 6
-SMOKE_EVERY = 3
+SMOKE_LOG_EVERY = 3
 
 
 class BenchError(Exception):
@@ -151,7 +155,7 @@ def held_out_loss(logits_of: Callable[[Any], Any], val: Any, block_size: int, wi
         raise BenchError("the held-out part is shorter than two characters")
     full = n_targets // block_size
     total = torch.zeros((), dtype=torch.float64)
-    with torch.no_grad():
+    with torch.inference_mode():
         body = val[: full * block_size + 1]
         for first in range(0, full, windows):
             k = min(windows, full - first)
@@ -204,6 +208,27 @@ class Side:
             "final_val_loss": self.evaluations[-1].val_loss if self.evaluations else None,
             "median_eval_interval_s": sorted(gaps)[len(gaps) // 2] if gaps else None,
         }
+
+
+@dataclass
+class Schedule:
+    """When to evaluate, in seconds of training, the same for both sides: `every` seconds apart, or `spacing`
+    of the time so far when that is longer, so a time to a threshold is known to within max(every, spacing x
+    itself) at a bounded number of evaluations (about 75 in 300 s at the defaults). An evaluation is also due
+    just before a budget (60 s, 300 s) would be passed, so the best loss within it is measured near its end."""
+
+    every: float = 1.0
+    spacing: float = 0.05
+    next_at: float = 0.0
+
+    def due(self, seconds: float, step_seconds: float) -> bool:
+        """Whether to evaluate now, `seconds` into training, the next step (or log interval) being expected to
+        take `step_seconds`."""
+        crosses = any(seconds < b <= seconds + step_seconds for b in BUDGETS)
+        return seconds >= self.next_at or crosses
+
+    def evaluated(self, seconds: float) -> None:
+        self.next_at = max(seconds + self.every, seconds * (1 + self.spacing))
 
 
 # ---- the PyTorch side: nanoGPT's model and loop --------------------------------------------------------------
@@ -293,7 +318,7 @@ def lr_at(it: int, recipe: Recipe) -> float:
     return recipe.min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (recipe.learning_rate - recipe.min_lr)
 
 
-def run_torch(text: str, recipe: Recipe, threads: int, eval_every: int, say: Callable[[str], None]) -> Side:
+def run_torch(text: str, recipe: Recipe, threads: int, schedule: Schedule, say: Callable[[str], None]) -> Side:
     torch = _torch()
     import torch.nn.functional as F
 
@@ -320,6 +345,7 @@ def run_torch(text: str, recipe: Recipe, threads: int, eval_every: int, say: Cal
         say(f"  torch step {step}: val {side.evaluations[-1].val_loss:.4f} at {side.train_seconds:.1f} s")
 
     model.train()
+    step_seconds = 0.0
     for it in range(recipe.max_iters):
         t0 = time.perf_counter()
         for group in optimizer.param_groups:
@@ -332,35 +358,75 @@ def run_torch(text: str, recipe: Recipe, threads: int, eval_every: int, say: Cal
         torch.nn.utils.clip_grad_norm_(model.parameters(), recipe.grad_clip)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        side.train_seconds += time.perf_counter() - t0
+        step_seconds = time.perf_counter() - t0
+        side.train_seconds += step_seconds
         side.steps = it + 1
-        if side.steps % eval_every == 0 or side.steps == recipe.max_iters:
+        if schedule.due(side.train_seconds, step_seconds) or side.steps == recipe.max_iters:
             evaluate(side.steps)  # outside the clock
+            schedule.evaluated(side.train_seconds)
     side.train_seconds = round(side.train_seconds, 4)
     return side
 
 
 # ---- the eemicrogpt side: its CLI, its metrics, its checkpoints ----------------------------------------------
 
-def _keep_checkpoints(run_dir: Path, keep: Path, seen: set[tuple[int, int]]) -> None:
-    """Hard-link the run's checkpoint.npz into `keep` when it is a file not seen yet. The trainer replaces it
-    by renaming a new file over it, so a link keeps the old one whole; a file system without hard links gets
-    a copy (the open file is whole even if a rename follows)."""
-    path = run_dir / "checkpoint.npz"
+def record_seconds(record: dict[str, Any]) -> float:
+    """Training seconds at a metrics record of a fresh run: us_per_step is the mean over its steps so far."""
+    return float(record["us_per_step"]) * int(record["step"]) / 1e6
+
+
+def read_records(path: Path) -> list[dict[str, Any]]:
+    """The records of a metrics.jsonl, a line still being written left out."""
     try:
-        st = path.stat()
+        lines = path.read_text(encoding="utf-8").splitlines()
     except FileNotFoundError:
-        return
-    if (st.st_ino, st.st_mtime_ns) in seen:
-        return
-    seen.add((st.st_ino, st.st_mtime_ns))
-    target = keep / f"{len(seen):06d}.npz"
-    try:
-        os.link(path, target)
-    except FileNotFoundError:
-        seen.discard((st.st_ino, st.st_mtime_ns))  # replaced between stat and link: the next poll sees the new one
-    except OSError:
-        shutil.copyfile(path, target)
+        return []
+    records = []
+    for line in lines:
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return records
+
+
+class CheckpointKeeper:
+    """Keeps the checkpoints of a running `eemicrogpt train` that the schedule asks for.
+
+    The trainer writes checkpoint.npz at each log step by renaming a new file over it, so a hard link keeps
+    the old one whole (a file system without hard links gets a copy: an open file stays whole through a
+    rename). When a new file appears, the newest metrics record says how far training has got; the file is
+    kept when the schedule has an evaluation due by then. The last one is always kept."""
+
+    def __init__(self, run_dir: Path, keep: Path, schedule: Schedule) -> None:
+        self.path, self.metrics = run_dir / "checkpoint.npz", run_dir / "metrics.jsonl"
+        self.keep, self.schedule = keep, schedule
+        self.seen: tuple[int, int] | None = None  # (inode, mtime) of the last file looked at
+        self.kept: tuple[int, int] | None = None  # and of the last one kept
+        self.count = 0
+
+    def poll(self, final: bool = False) -> None:
+        try:
+            st = self.path.stat()
+        except FileNotFoundError:
+            return
+        ident = (st.st_ino, st.st_mtime_ns)
+        if ident == self.kept or (ident == self.seen and not final):
+            return
+        self.seen = ident
+        records = read_records(self.metrics)[-2:]
+        seconds = [record_seconds(r) for r in records]
+        if not final and (not seconds or not self.schedule.due(seconds[-1], seconds[-1] - seconds[0])):
+            return
+        self.count += 1
+        target = self.keep / f"{self.count:06d}.npz"
+        try:
+            os.link(self.path, target)
+        except OSError:
+            shutil.copyfile(self.path, target)
+        self.kept = ident
+        if seconds:
+            self.schedule.evaluated(seconds[-1])
 
 
 def eemicrogpt_command() -> list[str]:
@@ -372,36 +438,36 @@ def eemicrogpt_command() -> list[str]:
     return [found]
 
 
-def train_eemicrogpt(config: Path, data: Path, work: Path, extra_args: Sequence[str],
+def train_eemicrogpt(config: Path, data: Path, work: Path, extra_args: Sequence[str], schedule: Schedule,
                      say: Callable[[str], None]) -> tuple[Path, Path, list[dict[str, Any]]]:
-    """Run `eemicrogpt train --config CONFIG --data DATA --out WORK/eemicrogpt-run EXTRA...`, keeping every
-    checkpoint it writes; returns the run directory, the folder of kept checkpoints and its metrics records."""
+    """Run `eemicrogpt train --config CONFIG --data DATA --out WORK/eemicrogpt-run EXTRA...`, keeping the
+    checkpoints the schedule asks for; returns the run directory, the folder of kept checkpoints and the
+    run's metrics records."""
     run_dir, keep = work / "eemicrogpt-run", work / "eemicrogpt-checkpoints"
     keep.mkdir()
     cmd = [*eemicrogpt_command(), "train", "--config", str(config), "--data", str(data), "--out", str(run_dir),
            *extra_args]
     say("  " + " ".join(cmd))
-    seen: set[tuple[int, int]] = set()
+    keeper = CheckpointKeeper(run_dir, keep, schedule)
     with open(work / "eemicrogpt-train.log", "wb") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         try:
             while proc.poll() is None:
-                _keep_checkpoints(run_dir, keep, seen)
+                keeper.poll()
                 time.sleep(POLL_SECONDS)
         except BaseException:
             proc.terminate()  # Ctrl-C here: the run saves and stops at its next chunk
             proc.wait()
             raise
-    _keep_checkpoints(run_dir, keep, seen)
+    keeper.poll(final=True)
     output = (work / "eemicrogpt-train.log").read_text(encoding="utf-8", errors="replace").strip().splitlines()
     if proc.returncode != 0:
         raise BenchError(f"eemicrogpt train exited with status {proc.returncode}: "
                          f"{output[-1] if output else 'no output'}")
-    try:
-        lines = (run_dir / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError:
-        raise BenchError(f"eemicrogpt train wrote no {run_dir / 'metrics.jsonl'}") from None
-    return run_dir, keep, [json.loads(line) for line in lines if line.strip()]
+    records = read_records(run_dir / "metrics.jsonl")
+    if not records:
+        raise BenchError(f"eemicrogpt train wrote no records in {run_dir / 'metrics.jsonl'}")
+    return run_dir, keep, records
 
 
 def run_tokens(vocab: Any, text: str) -> list[int]:
@@ -420,7 +486,7 @@ def run_tokens(vocab: Any, text: str) -> list[int]:
 
 
 def run_eemicrogpt(config: Path, data: Path, text: str, work: Path, extra_args: Sequence[str], threads: int,
-                   block_size: int, say: Callable[[str], None]) -> Side:
+                   block_size: int, schedule: Schedule, say: Callable[[str], None]) -> Side:
     """Train with the CLI, then evaluate each kept checkpoint on the held-out part of `text` (the same split
     as the torch side's). A list model (lines format) reads the held-out text as names: a newline is its
     boundary token; that number exercises the harness and compares with nothing."""
@@ -429,9 +495,8 @@ def run_eemicrogpt(config: Path, data: Path, text: str, work: Path, extra_args: 
     from eemicrogpt_core.training.checkpoint import load_checkpoint
 
     torch.set_num_threads(threads)  # for the evaluations, after the run
-    run_dir, keep, records = train_eemicrogpt(config, data, work, extra_args, say)
-    # Training seconds at a record: us_per_step is the mean over this (fresh) run's steps so far.
-    seconds = {int(r["step"]): float(r["us_per_step"]) * int(r["step"]) / 1e6 for r in records}
+    run_dir, keep, records = train_eemicrogpt(config, data, work, extra_args, schedule, say)
+    seconds = {int(r["step"]): record_seconds(r) for r in records}
     final = load_checkpoint(run_dir / "checkpoint.npz")
     cfg, vocab = final.config, final.vocab
     fmt = str(getattr(cfg, "data_format", "lines"))
@@ -454,9 +519,7 @@ def run_eemicrogpt(config: Path, data: Path, text: str, work: Path, extra_args: 
         say(f"  eemicrogpt step {step}: val {side.evaluations[-1].val_loss:.4f} at {seconds[step]:.1f} s")
     side.steps = int(final.state.step)
     side.train_seconds = round(seconds.get(side.steps, final.train_seconds), 4)
-    kept, logged = len(side.evaluations), len(records)
-    if kept < logged:
-        side.notes.append(f"{kept} of {logged} logged checkpoints were caught and evaluated")
+    side.notes.append(f"{len(side.evaluations)} of its {len(records)} logged checkpoints evaluated")
     return side
 
 
@@ -533,7 +596,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--data", type=Path, default=DEFAULT_DATA,
                    help="the text (default: ../shared/data/tinyshakespeare.txt beside the checkout)")
     p.add_argument("--threads", type=int, default=2, help="PyTorch threads (torch.set_num_threads; default 2)")
-    p.add_argument("--eval-every", type=int, default=50, help="PyTorch iterations between evaluations (50)")
+    p.add_argument("--eval-seconds", type=float, default=1.0,
+                   help="seconds of training between evaluations, at least (1.0)")
+    p.add_argument("--eval-spacing", type=float, default=0.05,
+                   help="or this fraction of the training time so far, when longer (0.05)")
     p.add_argument("--max-iters", type=int, default=None,
                    help="PyTorch iterations, lr_decay_iters with them (default: the recipe's 2,000)")
     p.add_argument("--bias", action="store_true", help="biases in LayerNorms and Linears (GPTConfig's default)")
@@ -541,7 +607,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                    help="the eemicrogpt config (default: configs/shakespeare_char_cpu.yaml)")
     p.add_argument("--emg-data", type=Path, default=None, help="eemicrogpt's data file (default: --data)")
     p.add_argument("--emg-log-every", type=int, default=100,
-                   help="eemicrogpt steps between log lines, i.e. between evaluated checkpoints (100)")
+                   help="eemicrogpt steps between log lines, i.e. between the checkpoints it writes (100)")
     p.add_argument("--emg-threads", default=None, help="eemicrogpt's --threads (default: its own, auto)")
     p.add_argument("--emg-arg", action="append", default=[], metavar="ARG",
                    help="one more argument for `eemicrogpt train` (repeat it: --emg-arg=--text)")
@@ -553,10 +619,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--json", action="store_true", help="print the report as JSON instead of the table")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     args = p.parse_args(argv)
-    for name in ("threads", "eval_every", "max_iters", "emg_log_every"):
+    for name in ("threads", "max_iters", "emg_log_every"):
         value = getattr(args, name)
         if value is not None and value < 1:
             p.error(f"--{name.replace('_', '-')} must be at least 1, got {value}")
+    for name in ("eval_seconds", "eval_spacing"):
+        if not getattr(args, name) >= 0:
+            p.error(f"--{name.replace('_', '-')} must be at least 0, got {getattr(args, name)}")
     return args
 
 
@@ -574,11 +643,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     recipe = Recipe(bias=args.bias)
     if args.max_iters is not None:
         recipe = replace(recipe, max_iters=args.max_iters, lr_decay_iters=args.max_iters)
-    eval_every, log_every = args.eval_every, args.emg_log_every
+    log_every = args.emg_log_every
+
+    def schedule() -> Schedule:  # a new one per side
+        return Schedule(0.0, 0.0) if args.smoke else Schedule(args.eval_seconds, args.eval_spacing)
+
     limit = SMOKE_CHARS if args.smoke else None
     if args.smoke:
         recipe = replace(recipe, max_iters=SMOKE_ITERS, lr_decay_iters=SMOKE_ITERS, warmup_iters=2)
-        eval_every = log_every = SMOKE_EVERY
+        log_every = SMOKE_LOG_EVERY  # and the schedule evaluates at every chance
     text = read_text(args.data, limit)
     emg_data = args.emg_data or args.data
     emg_text = text if emg_data == args.data else read_text(emg_data, limit)
@@ -589,7 +662,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     try:
         if "torch" in args.sides:
             say(f"PyTorch: nanoGPT's recipe on {args.data} ({len(text):,} characters)")
-            report["sides"].append(run_torch(text, recipe, args.threads, eval_every, say).summary())
+            report["sides"].append(run_torch(text, recipe, args.threads, schedule(), say).summary())
         if work is not None:
             extra = ["--log-every", str(log_every)]
             if args.emg_threads is not None:
@@ -600,7 +673,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 extra += ["--steps", str(SMOKE_ITERS)]
             say(f"eemicrogpt: {args.emg_config} on {emg_data}")
             side = run_eemicrogpt(args.emg_config, emg_data, emg_text, work, [*extra, *args.emg_arg],
-                                  args.threads, recipe.block_size, say)
+                                  args.threads, recipe.block_size, schedule(), say)
             report["sides"].append(side.summary())
     finally:
         if work is not None and args.work is None:
