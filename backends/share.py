@@ -4,8 +4,9 @@ builds on its own.
 Run by every in-repository backend's setup.py (backends/<dir>/setup.py) in a repository checkout; an unpacked
 sdist already holds the copies, and has no sibling directories to copy from. What goes to `_build/` (read by
 setup.py only: in the sdist through MANIFEST.in, not in the wheel): lockstep.py and the core's version it
-reads, and as a backend needs them the core's ABI headers, the ARM build helpers, the SME2 kernels' C
-sources. The runtime modules (the SME2 probe and spec) go into the package, where the plugin imports them.
+reads, and as a backend needs them the core's ABI headers, the ARM build helpers, the Neon helpers the ARM
+kernels share (arm_common/csrc), the SME2 kernels' C sources. The runtime modules (the SME2 probe and spec) go
+into the package, where the plugin imports them.
 A copy is rewritten only when its content changed, so incremental builds stay incremental. The copies are
 not committed (each distribution's .gitignore): edit the originals.
 """
@@ -30,6 +31,11 @@ ABI_HEADERS = {  # every native backend
 ARM_BUILD = {  # the ARM backends' build command
     "backends/arm_common/arm_setup.py": "arm_setup.py",
     "backends/arm_common/a64_objcheck.py": "a64_objcheck.py",
+}
+ARM_KERNELS = {  # the Neon helpers the ARM backends' kernels share (exp, dot products, RMS norm, Adam)
+    "backends/arm_common/csrc/arm_neon_math.h": "arm_common/arm_neon_math.h",
+    "backends/arm_common/csrc/arm_rmsnorm.h": "arm_common/arm_rmsnorm.h",
+    "backends/arm_common/csrc/arm_adam.h": "arm_common/arm_adam.h",
 }
 SME2_BUILD = {  # the SME2 kernels, built by every SME2 distribution from these same sources
     "backends/sme2_common/sme2_setup.py": "sme2_setup.py",
@@ -56,9 +62,9 @@ class Shared(NamedTuple):
 BACKENDS = {
     "numpy_ref": Shared(LOCKSTEP, {}),
     "x86": Shared({**LOCKSTEP, **ABI_HEADERS}, {}),
-    "neon": Shared({**LOCKSTEP, **ABI_HEADERS, **ARM_BUILD}, {}),
-    "sme2_f32": Shared({**LOCKSTEP, **ABI_HEADERS, **ARM_BUILD, **SME2_BUILD}, SME2_PACKAGE),
-    "sme2_f16": Shared({**LOCKSTEP, **ABI_HEADERS, **ARM_BUILD, **SME2_BUILD}, SME2_PACKAGE),
+    "neon": Shared({**LOCKSTEP, **ABI_HEADERS, **ARM_BUILD, **ARM_KERNELS}, {}),
+    "sme2_f32": Shared({**LOCKSTEP, **ABI_HEADERS, **ARM_BUILD, **ARM_KERNELS, **SME2_BUILD}, SME2_PACKAGE),
+    "sme2_f16": Shared({**LOCKSTEP, **ABI_HEADERS, **ARM_BUILD, **ARM_KERNELS, **SME2_BUILD}, SME2_PACKAGE),
 }
 
 

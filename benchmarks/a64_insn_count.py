@@ -18,10 +18,10 @@ identical counts.
 Each address is mapped to its function and instruction with llvm-objdump-19 and to its DWARF inline chain
 with llvm-symbolizer-19 (the lane builds with -g, which does not change clang's code). Phases (columns sum to
 the total): an instruction belongs to the outermost function with a role among its call sites, outermost
-first, and then its own inline chain: forward (`forward`, `seq_forward`, `pack_forward`), backward
-(`backward`, `seq_backward`, `pack_backward`), weight operands (`refresh_weight_operands`, `sync_transposed`:
-derived weight copies re-synced after Adam), Adam (`adam`, `emg_adam_update`, `adam_update`); none: other
-(step loop, batch packing, finiteness checks). So
+first, and then its own inline chain: forward (`model_forward`; `forward`, `seq_forward`, `pack_forward` on
+older trees), backward (`model_backward`; `backward`, `seq_backward`, `pack_backward`), weight operands
+(`refresh_weight_operands`, `sync_transposed`: derived weight copies re-synced after Adam), Adam (`adam`,
+`emg_adam_update`, `adam_update`); none: other (step loop, batch packing, finiteness checks). So
 the GEMMs, helpers and libc/libm code that forward calls count as forward, even when inlined or shared.
 Streaming kernels (the part of each phase in parentheses; "glue" is the rest, libc/libm included) are the
 `__arm_streaming` functions of sme2_gemm.c, the `sme_gemm*` locally-streaming entry points and the SME ABI
@@ -81,8 +81,8 @@ PHASES = ("forward", "backward", "weight operands", "Adam", OTHER)
 KINDS = ("SME/SVE", "Neon/FP", "ld/st", "scalar")
 _STREAMING_SYMBOL = re.compile(r"^__arm_|^sme_gemm")
 _ROLE_OF_FUNCTION = [  # matched against call sites and inline chains, outermost first
-    (re.compile(r"^(?:seq_|pack_)?forward$"), "forward"),
-    (re.compile(r"^(?:seq_|pack_)?backward$"), "backward"),
+    (re.compile(r"^(?:seq_|pack_|model_)?forward$"), "forward"),
+    (re.compile(r"^(?:seq_|pack_|model_)?backward$"), "backward"),
     (re.compile(r"^refresh_weight_operands$|^sync_transposed$"), "weight operands"),
     (re.compile(r"^adam$|^(?:emg_)?adam_update$"), "Adam"),
 ]

@@ -2,7 +2,8 @@
 by the aarch64 lane through the same code).
 
 Used by backends/sme2_f32/setup.py and backends/sme2_f16/setup.py (sme2_f16 and sme2_f16w) from the copy
-../share.py puts in their `_build/`, beside the kernels' sources, the ABI headers and arm_setup.py (the build
+../share.py puts in their `_build/`, beside the kernels' sources, the ABI headers, the Neon helpers shared with
+neon (`arm_common/`) and arm_setup.py (the build
 command shared with neon: feature test, strict linking, object check, arm64 only on universal2 Pythons), so
 that every SME2 library is built from the same sources with the same flags; tools/a64lane/darwin_compile.py
 loads this original with ../arm_common on sys.path. Only sme2_gemm.c may see the SME extensions: the step is
@@ -23,6 +24,8 @@ HERE = Path(__file__).resolve().parent
 # repository's (this file in backends/sme2_common).
 INCLUDE = os.environ.get("EEMICROGPT_INCLUDE") or str(
     HERE / "include" if (HERE / "include").is_dir() else HERE.parents[1] / "eemicrogpt_core" / "include")
+# The Neon helpers shared with the neon backend: the copy beside this file, or the repository's.
+ARM_COMMON = str(HERE / "arm_common" if (HERE / "arm_common").is_dir() else HERE.parent / "arm_common" / "csrc")
 WARN = ["-std=c11", "-fvisibility=hidden", "-Wall", "-Wextra"]
 # Not armv9-a: that lets clang auto-vectorise ordinary code with SVE, which Apple M4 lacks outside
 # streaming mode. The step gets no SME/SVE; the probe is built for the oldest aarch64.
@@ -94,10 +97,10 @@ def sme2_extension(extension: str, backend: str) -> ArmExtension:
         backend=backend,
         sources=[str(HERE / "sme2_gemm.c")],
         plain={str(HERE / name): [*WARN, *flags] for name, flags in PLAIN.items()},
-        include_dirs=[INCLUDE, str(HERE)],
+        include_dirs=[INCLUDE, str(HERE), ARM_COMMON],
         define_macros=variant.macros,
         depends=[str(HERE / "sme2_internal.h"), *(str(HERE / name) for name in PLAIN),
-                 *(str(p) for p in Path(INCLUDE).glob("*.h"))],
+                 *(str(p) for p in Path(INCLUDE).glob("*.h")), *(str(p) for p in Path(ARM_COMMON).glob("*.h"))],
         extra_compile_args=[*WARN, "-O3", variant.arch],
         libraries=["m"],
         feature_test=feature_test(variant),

@@ -20,8 +20,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "arm_adam.h"
+#include "arm_neon_math.h"
+#include "arm_rmsnorm.h"
 #include "emg_backend.h"
 #include "sme2_internal.h"
+
+/* dot_f32's summation order in the RMS norms: four accumulators (d_model is a multiple of 16 here). */
+#define DOT_CHAINS 4
 
 #define MAX_ALLOCS (48 + 16 * EMG_MAX_LAYERS)
 
@@ -203,65 +209,9 @@ static void refresh_weight_operands(emg_session *s) {
 
 /* ---- elementwise pieces -------------------------------------------------------------------- */
 
-/* Neon glue outside streaming mode. Widths are multiples of 16 (d_model) unless said otherwise. */
-
-/* sum_i a[i] * b[i]: four independent accumulators (no FMA latency chain), one add tree at the end. */
-static inline float dot_d(const float *a, const float *b, int d) {
-    float32x4_t s0 = vdupq_n_f32(0.0f), s1 = s0, s2 = s0, s3 = s0;
-    for (int i = 0; i < d; i += 16) {
-        s0 = vfmaq_f32(s0, vld1q_f32(a + i), vld1q_f32(b + i));
-        s1 = vfmaq_f32(s1, vld1q_f32(a + i + 4), vld1q_f32(b + i + 4));
-        s2 = vfmaq_f32(s2, vld1q_f32(a + i + 8), vld1q_f32(b + i + 8));
-        s3 = vfmaq_f32(s3, vld1q_f32(a + i + 12), vld1q_f32(b + i + 12));
-    }
-    return vaddvq_f32(vaddq_f32(vaddq_f32(s0, s1), vaddq_f32(s2, s3)));
-}
-
-/* e^x for x <= 0 (softmax arguments after the max is subtracted), four lanes: x = n ln2 + r with
- * |r| <= ln2/2, e^r by its degree-7 Taylor polynomial (truncation < 6e-9 relative, so float rounding,
- * a few ulp, dominates), 2^n built in the exponent field. Inputs below -87 give e^-87 instead of
- * something smaller: against a softmax sum >= 1 that is invisible. */
-static inline float32x4_t exp4(float32x4_t x) {
-    x = vmaxq_f32(x, vdupq_n_f32(-87.0f));
-    const float32x4_t n = vrndnq_f32(vmulq_n_f32(x, 1.44269504088896341f));
-    float32x4_t r = vfmsq_f32(x, n, vdupq_n_f32(0.693145751953125f)); /* ln2, high bits: n * hi is exact */
-    r = vfmsq_f32(r, n, vdupq_n_f32(1.42860682030941723e-6f));       /* ln2, the rest */
-    float32x4_t p = vdupq_n_f32(1.0f / 5040.0f);
-    p = vfmaq_f32(vdupq_n_f32(1.0f / 720.0f), p, r);
-    p = vfmaq_f32(vdupq_n_f32(1.0f / 120.0f), p, r);
-    p = vfmaq_f32(vdupq_n_f32(1.0f / 24.0f), p, r);
-    p = vfmaq_f32(vdupq_n_f32(1.0f / 6.0f), p, r);
-    p = vfmaq_f32(vdupq_n_f32(0.5f), p, r);
-    p = vfmaq_f32(vdupq_n_f32(1.0f), p, r);
-    p = vfmaq_f32(vdupq_n_f32(1.0f), p, r);
-    const int32x4_t e = vshlq_n_s32(vaddq_s32(vcvtq_s32_f32(n), vdupq_n_s32(127)), 23);
-    return vmulq_f32(p, vreinterpretq_f32_s32(e));
-}
-
-/* y = x / rms(x) per row, r = 1 / rms(x). */
-static void rms_forward(float *restrict y, float *restrict r, const float *restrict x, int rows, int d) {
-    for (int n = 0; n < rows; n++) {
-        const float *xn = x + (long)n * d;
-        const float rn = 1.0f / sqrtf(dot_d(xn, xn, d) / (float)d + EMG_RMS_EPS);
-        r[n] = rn;
-        for (int i = 0; i < d; i += 4) vst1q_f32(y + (long)n * d + i, vmulq_n_f32(vld1q_f32(xn + i), rn));
-    }
-}
-
-/* out = base + r * (dy - y * mean(dy * y)); base may be NULL (then 0). out may alias dy. */
-static void rms_backward(float *out, const float *base, const float *dy, const float *y, const float *r,
-                         int rows, int d) {
-    for (int n = 0; n < rows; n++) {
-        const long o = (long)n * d;
-        const float mean = dot_d(dy + o, y + o, d) / (float)d;
-        for (int i = 0; i < d; i += 4) {
-            const float32x4_t dv = vld1q_f32(dy + o + i), yv = vld1q_f32(y + o + i);
-            float32x4_t v = vmulq_n_f32(vfmsq_n_f32(dv, yv, mean), r[n]);
-            if (base) v = vaddq_f32(vld1q_f32(base + o + i), v);
-            vst1q_f32(out + o + i, v);
-        }
-    }
-}
+/* Neon glue outside streaming mode (with the helpers shared with neon: arm_neon_math.h, arm_rmsnorm.h,
+ * arm_adam.h). Widths are multiples of 16 (d_model) unless said otherwise; the softmax exp is the degree-7
+ * exp_f32x4. */
 
 /* The GEMM operand view of a float buffer: the buffer itself in fp32, an fp16 copy in fp16. */
 static const op_t *as_op(emg_session *s, enum att_op which, const float *src, long n) {
@@ -303,7 +253,7 @@ static void causal_softmax_forward(float *restrict pt, const float *restrict st,
         }
         for (int u = 0; u < live; u++) {
             const uint32x4_t ok = vcleq_u32(vdupq_n_u32((uint32_t)u), tv);
-            const float32x4_t e = vbslq_f32(ok, exp4(vsubq_f32(vld1q_f32(st + u * ld + t0), mx)), zero);
+            const float32x4_t e = vbslq_f32(ok, exp_f32x4(vsubq_f32(vld1q_f32(st + u * ld + t0), mx), 7), zero);
             vst1q_f32(pt + u * ld + t0, e);
             sum = vaddq_f32(sum, e);
         }
@@ -471,7 +421,7 @@ static void encoder_forward(emg_session *s) {
         float *x = s->x + (long)r * d;
         for (int i = 0; i < d; i += 4) vst1q_f32(x + i, vaddq_f32(vld1q_f32(te + i), vld1q_f32(pe + i)));
     }
-    rms_forward(s->x0, s->r0, s->x, n, d);
+    rmsnorm_forward(s->x0, s->r0, s->x, n, d, DOT_CHAINS);
     memcpy(s->x, s->x0, sizeof(float) * (size_t)n * d);
 }
 
@@ -497,7 +447,7 @@ static void layer_forward(emg_session *s, int batch, int l) {
     const int n = s->n_rows, d = s->d, f = s->f;
     const struct layer_weights *w = &s->lw[l];
     const struct layer_acts *a = &s->la[l];
-    rms_forward(a->h1, a->r1, s->x, n, d);
+    rmsnorm_forward(a->h1, a->r1, s->x, n, d, DOT_CHAINS);
 
     /* q and k come out feature-major (A = W^T, B = h1^T), v position-major (A = h1^T, B = W^T) */
     transpose_op(s->opT, a->h1, n, d);
@@ -513,7 +463,7 @@ static void layer_forward(emg_session *s, int batch, int l) {
     sme_gemm(&(emg_gemm){.M = n, .N = d, .K = d, .A = s->attT_op, .lda = n, .B = w->t_wo, .ldb = d, .C = s->x,
                          .ldc = d, .alpha = 1.0f, .flags = GEMM_ACC});
 
-    rms_forward(a->h2, a->r2, s->x, n, d);
+    rmsnorm_forward(a->h2, a->r2, s->x, n, d, DOT_CHAINS);
     transpose_op(s->opT, a->h2, n, d);
     /* hid with the ReLU fused into the readout, and hid^T (vertical readout): the contract GEMM's k-major
      * operand, so no separate ReLU or transpose pass */
@@ -526,7 +476,7 @@ static void layer_forward(emg_session *s, int batch, int l) {
 /* Cross-entropy of each row's logits against its target, and dlogits = softmax - onehot, in Neon over
  * the Vp/4 vectors of a logits row. In the last vector, lanes past the vocabulary take the row's first
  * logit for the max and are zeroed after the exp. Returns the summed loss. */
-static double crossentropy_forward(emg_session *s) {
+static double crossentropy_forward_backward(emg_session *s) {
     const int n = s->n_rows, vocab = s->vocab, vp = s->vocab_pad, full = vocab & ~3;
     const uint32x4_t lane = {0, 1, 2, 3};
     const uint32x4_t in_vocab = vcltq_u32(lane, vdupq_n_u32((uint32_t)(vocab - full))); /* the last vector's */
@@ -544,12 +494,12 @@ static double crossentropy_forward(emg_session *s) {
         const float32x4_t mxv = vdupq_n_f32(mx);
         float32x4_t sv = zero;
         for (int c = 0; c < full; c += 4) {
-            const float32x4_t e = exp4(vsubq_f32(vld1q_f32(z + c), mxv));
+            const float32x4_t e = exp_f32x4(vsubq_f32(vld1q_f32(z + c), mxv), 7);
             vst1q_f32(eb + c, e);
             sv = vaddq_f32(sv, e);
         }
         if (full < vocab) {
-            const float32x4_t e = vbslq_f32(in_vocab, exp4(vsubq_f32(vld1q_f32(z + full), mxv)), zero);
+            const float32x4_t e = vbslq_f32(in_vocab, exp_f32x4(vsubq_f32(vld1q_f32(z + full), mxv), 7), zero);
             vst1q_f32(eb + full, e);
             sv = vaddq_f32(sv, e);
         }
@@ -563,14 +513,14 @@ static double crossentropy_forward(emg_session *s) {
 }
 
 /* Forward over the packed rows; returns the summed loss and leaves dlogits in s->dlog. */
-static double forward(emg_session *s, int batch) {
+static double model_forward(emg_session *s, int batch) {
     const int n = s->n_rows, d = s->d;
     encoder_forward(s);
     for (int l = 0; l < s->n_layers; l++) layer_forward(s, batch, l);
     transpose_op(s->opT, s->x, n, d);
     sme_gemm(&(emg_gemm){.M = n, .N = s->vocab, .K = d, .A = s->opT, .lda = n, .B = s->t_lm, .ldb = s->vocab,
                          .C = s->logits, .ldc = s->vocab_pad, .alpha = 1.0f});
-    return crossentropy_forward(s);
+    return crossentropy_forward_backward(s);
 }
 
 /* A weight gradient dW[i][j] = inv_n * sum_rows dy[row][i] x[row][j] (dy (N, rows_w), x (N, cols_w)) as
@@ -607,7 +557,7 @@ static void layer_backward(emg_session *s, int batch, int l, const op_t *dres_t)
                          .gate_t = a->hidT}); /* the ReLU backward in both readouts */
     sme_gemm(&(emg_gemm){.M = n, .N = d, .K = f, .A = as_kmajor(s, s->tB, (long)f * n), .lda = n, .B = w->w_f1,
                          .ldb = d, .C = s->dh2, .ldc = d, .alpha = 1.0f});
-    rms_backward(s->dmid, s->dres, s->dh2, a->h2, a->r2, n, d);
+    rmsnorm_backward(s->dmid, s->dres, s->dh2, a->h2, a->r2, n, d, DOT_CHAINS);
 
     transpose_op(s->opT, s->dmid, n, d);
     sme_gemm(&(emg_gemm){.M = n, .N = d, .K = d, .A = s->opT, .lda = n, .B = w->w_wo, .ldb = d, .C = s->datt,
@@ -615,7 +565,7 @@ static void layer_backward(emg_session *s, int batch, int l, const op_t *dres_t)
     attention_backward(s, batch, a);
     sme_gemm(&(emg_gemm){.M = n, .N = d, .K = 3 * d, .A = as_kmajor(s, s->tA, 3L * d * n), .lda = n,
                          .B = w->w_qkv, .ldb = d, .C = s->din, .ldc = d, .alpha = 1.0f});
-    rms_backward(s->din, s->dmid, s->din, a->h1, a->r1, n, d); /* din := d(loss)/d(layer input) */
+    rmsnorm_backward(s->din, s->dmid, s->din, a->h1, a->r1, n, d, DOT_CHAINS); /* din := d(loss)/d(layer input) */
 
     /* operand pairs (upstream gradient, layer input) */
     emg_gemm wg[5];
@@ -634,7 +584,7 @@ static void layer_backward(emg_session *s, int batch, int l, const op_t *dres_t)
 }
 
 /* Backward from s->dlog; writes the mean-loss gradient into s->g (every element). */
-static void backward(emg_session *s, int batch) {
+static void model_backward(emg_session *s, int batch) {
     const int n = s->n_rows, d = s->d;
     /* dres = dlogits Wlm, and dres^T (vertical readout) as the top layer's k-major operand */
     transpose_op(s->opT, s->dlog, n, s->vocab);
@@ -650,36 +600,13 @@ static void backward(emg_session *s, int batch) {
         float *t = s->dres;
         s->dres = s->din, s->din = t;
     }
-    rms_backward(s->dres, NULL, s->dres, s->x0, s->r0, n, d); /* d(loss)/d(embedding sum) */
+    rmsnorm_backward(s->dres, NULL, s->dres, s->x0, s->r0, n, d, DOT_CHAINS); /* d(loss)/d(embedding sum) */
     encoder_backward(s, s->dres, 1.0f / (float)n);
 }
 
-/* One Adam step over every parameter, four lanes at a time: the same operations as the scalar form (FMA
- * for the moment updates, IEEE sqrt and divide), about 5 instructions per parameter instead of 32 for the
- * scalar loop that libm's sqrtf kept from vectorising. */
+/* The shared Adam (arm_adam.h) over every parameter. */
 static void adam(emg_session *s, float lr) {
-    const float c1 = (float)(1.0 - pow(EMG_ADAM_BETA1, (double)s->core.step)); /* the layer counted it */
-    const float c2 = (float)(1.0 - pow(EMG_ADAM_BETA2, (double)s->core.step));
-    const float a1 = (float)(1.0 - EMG_ADAM_BETA1), a2 = (float)(1.0 - EMG_ADAM_BETA2);
-    float *restrict p = s->p, *restrict m = s->m, *restrict v = s->v;
-    const float *restrict g = s->g;
-    const float32x4_t b1v = vdupq_n_f32(EMG_ADAM_BETA1), b2v = vdupq_n_f32(EMG_ADAM_BETA2);
-    const float32x4_t c1v = vdupq_n_f32(c1), c2v = vdupq_n_f32(c2), epsv = vdupq_n_f32(EMG_ADAM_EPS);
-    const long n4 = s->n_params & ~3L;
-    for (long i = 0; i < n4; i += 4) {
-        const float32x4_t gi = vld1q_f32(g + i);
-        const float32x4_t mi = vfmaq_n_f32(vmulq_f32(b1v, vld1q_f32(m + i)), gi, a1);
-        const float32x4_t vi = vfmaq_f32(vmulq_f32(b2v, vld1q_f32(v + i)), vmulq_n_f32(gi, a2), gi);
-        vst1q_f32(m + i, mi);
-        vst1q_f32(v + i, vi);
-        const float32x4_t den = vaddq_f32(vsqrtq_f32(vdivq_f32(vi, c2v)), epsv);
-        vst1q_f32(p + i, vsubq_f32(vld1q_f32(p + i), vdivq_f32(vmulq_n_f32(vdivq_f32(mi, c1v), lr), den)));
-    }
-    for (long i = n4; i < s->n_params; i++) {
-        m[i] = EMG_ADAM_BETA1 * m[i] + a1 * g[i];
-        v[i] = EMG_ADAM_BETA2 * v[i] + a2 * g[i] * g[i];
-        p[i] -= lr * (m[i] / c1) / (sqrtf(v[i] / c2) + EMG_ADAM_EPS);
-    }
+    adam_update(s->p, s->g, s->m, s->v, s->n_params, s->core.step, lr, ADAM_G2_SCALE_FIRST);
 }
 
 /* ---- the hooks of the shared session layer (emg_backend.h adds the exported ABI) ---------------- */
@@ -769,8 +696,8 @@ static void release(emg_session *s) { session_free(s); }
 static float loss_and_grad(emg_session *s, int batch, const uint8_t *tokens, const uint8_t *lengths,
                            int want_grads) {
     pack_batch(s, batch, tokens, lengths);
-    const float loss = (float)(forward(s, batch) / s->n_rows);
-    if (want_grads) backward(s, batch);
+    const float loss = (float)(model_forward(s, batch) / s->n_rows);
+    if (want_grads) model_backward(s, batch);
     return loss;
 }
 

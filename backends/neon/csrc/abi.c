@@ -1,18 +1,20 @@
 /* The neon backend's hooks for the shared session layer (emg_backend.h): the table of width-specialised
- * kernels, the activation arena, and Adam. The layer adds every exported emg_* function and its checks. */
+ * kernels, the activation arena, and Adam (arm_adam.h, shared with the SME2 backends). The layer adds every exported emg_* function and its checks. */
 #define _POSIX_C_SOURCE 200112L /* posix_memalign under -std=c11 */
 #include <stdlib.h>
 #include <string.h>
 
+#include "arm_adam.h"
 #include "session.h"
 
-static const emg_kernel *const KERNELS[] = {
-    &emg_kernel_d16,  &emg_kernel_d32,  &emg_kernel_d48,  &emg_kernel_d64,  &emg_kernel_d80,  &emg_kernel_d96,
-    &emg_kernel_d112, &emg_kernel_d128, &emg_kernel_d144, &emg_kernel_d160, &emg_kernel_d176, &emg_kernel_d192,
-    &emg_kernel_d208, &emg_kernel_d224, &emg_kernel_d240, &emg_kernel_d256,
+static const emg_neon_kernel *const KERNELS[] = {
+    &emg_neon_kernel_d16,  &emg_neon_kernel_d32,  &emg_neon_kernel_d48,  &emg_neon_kernel_d64,
+    &emg_neon_kernel_d80,  &emg_neon_kernel_d96,  &emg_neon_kernel_d112, &emg_neon_kernel_d128,
+    &emg_neon_kernel_d144, &emg_neon_kernel_d160, &emg_neon_kernel_d176, &emg_neon_kernel_d192,
+    &emg_neon_kernel_d208, &emg_neon_kernel_d224, &emg_neon_kernel_d240, &emg_neon_kernel_d256,
 };
 
-static const emg_kernel *find_kernel(int d_model) {
+static const emg_neon_kernel *find_kernel(int d_model) {
     for (size_t i = 0; i < sizeof KERNELS / sizeof KERNELS[0]; i++)
         if (KERNELS[i]->d_model == d_model) return KERNELS[i];
     return NULL;
@@ -79,12 +81,12 @@ static void params_changed(emg_session *s) { (void)s; }
 
 static float loss_and_grad(emg_session *s, int batch, const uint8_t *tokens, const uint8_t *lengths,
                            int want_grads) {
-    return s->kernel->loss_grad(s, batch, tokens, lengths, want_grads);
+    return s->kernel->loss_and_grad(s, batch, tokens, lengths, want_grads);
 }
 
 static void adam(emg_session *s, float lr) {
     emg_core *c = &s->core;
-    adam_update(c->params, c->grads, c->adam_m, c->adam_v, c->layout.n_params, c->step, lr);
+    adam_update(c->params, c->grads, c->adam_m, c->adam_v, c->layout.n_params, c->step, lr, ADAM_G2_SQUARE_FIRST);
 }
 
 /* Designated: the optional hooks (train_step, set_threads) stay NULL, and later hooks need no edit. */

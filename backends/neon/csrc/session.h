@@ -52,26 +52,26 @@ typedef struct neon_pack {
     const uint8_t *tok[PACK_ROWS];
 } neon_pack;
 
-typedef struct emg_kernel {
+/* The step compiled for one width (step_impl.h, one translation unit per width). */
+typedef struct emg_neon_kernel {
     int d_model;
-    /* Mean loss of a validated batch; with want_grads, s->core.grads is zeroed and then filled with its
-     * gradient. */
-    float (*loss_grad)(emg_session *s, int batch, const uint8_t *tokens, const uint8_t *lengths, int want_grads);
-} emg_kernel;
+    /* The shared layer's loss_and_grad hook: the mean loss of a validated batch; with want_grads,
+     * s->core.grads is zeroed and then filled with its gradient. */
+    float (*loss_and_grad)(emg_session *s, int batch, const uint8_t *tokens, const uint8_t *lengths, int want_grads);
+} emg_neon_kernel;
 
 struct emg_session {
     emg_core core; /* shape, layout, step and the training state: owned by the shared layer */
-    const emg_kernel *kernel;
+    const emg_neon_kernel *kernel;
     float *arena;  /* the buffers of acts, one allocation */
     neon_acts acts;
 };
 
-/* One table entry per width, each from its own translation unit (step_d*.c). */
-extern const emg_kernel emg_kernel_d16, emg_kernel_d32, emg_kernel_d48, emg_kernel_d64, emg_kernel_d80,
-    emg_kernel_d96, emg_kernel_d112, emg_kernel_d128, emg_kernel_d144, emg_kernel_d160, emg_kernel_d176,
-    emg_kernel_d192, emg_kernel_d208, emg_kernel_d224, emg_kernel_d240, emg_kernel_d256;
+/* One table entry per width, each from its own translation unit: setup.py compiles step_impl.h once per
+ * width (NEON_WIDTHS) with D_MODEL and KERNEL_NAME defined. */
+extern const emg_neon_kernel emg_neon_kernel_d16, emg_neon_kernel_d32, emg_neon_kernel_d48, emg_neon_kernel_d64,
+    emg_neon_kernel_d80, emg_neon_kernel_d96, emg_neon_kernel_d112, emg_neon_kernel_d128, emg_neon_kernel_d144,
+    emg_neon_kernel_d160, emg_neon_kernel_d176, emg_neon_kernel_d192, emg_neon_kernel_d208, emg_neon_kernel_d224,
+    emg_neon_kernel_d240, emg_neon_kernel_d256;
 
-/* Bias-corrected Adam over the whole flat buffer with the header's constants (adam.c). */
-void adam_update(float *params, const float *grads, float *m, float *v, long n, int64_t step, float lr);
-
-#endif
+#endif /* EMG_NEON_SESSION_H */

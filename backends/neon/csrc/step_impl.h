@@ -1,6 +1,7 @@
 /* One training step's forward and backward pass at one width, compiled once per width.
  *
- * Included by step_d*.c after defining D_MODEL and KERNEL_NAME (the emg_kernel table entry to define);
+ * Compiled once per width as its own translation unit (setup.py's NEON_WIDTHS: a generated two-line file
+ * defines D_MODEL and KERNEL_NAME, the emg_neon_kernel table entry to define, then includes this file);
  * everything else is static, so the copies never clash. The width is a compile-time constant (loops over
  * d_model unroll, accumulators stay in registers); heads, layers, vocabulary and context come from
  * s->core.shape at run time.
@@ -13,9 +14,10 @@
  */
 #include <string.h>
 
+#include "arm_rmsnorm.h"
 #include "attention.h"
 #include "matmul.h"
-#include "rmsnorm.h"
+#include "neon_math.h"
 #include "session.h"
 
 #if !defined(D_MODEL) || !defined(KERNEL_NAME)
@@ -49,7 +51,7 @@ static void encoder_forward(float *x, float *r, const float *tok_emb, const floa
             const float *te = tok_emb + pk->tok[i][t] * D, *pe = pos_emb + t * D;
             float e[D];
             for (int c = 0; c < D; c += 4) vst1q_f32(e + c, vaddq_f32(vld1q_f32(te + c), vld1q_f32(pe + c)));
-            r[row] = rmsnorm_forward(x + row * D, e, D);
+            rmsnorm_forward(x + row * D, r + row, e, 1, D, 1);
         }
     }
 }
@@ -61,7 +63,7 @@ static void encoder_backward(float *g_tok, float *g_pos, const float *dx, const 
         for (int t = 0; t < pk->len[i]; t++) {
             const int row = pk->start[i] + t;
             float de[D];
-            rmsnorm_backward(de, 0, dx + row * D, x + row * D, r[row], D);
+            rmsnorm_backward(de, NULL, dx + row * D, x + row * D, r + row, 1, D, 1);
             float *gt = g_tok + pk->tok[i][t] * D, *gp = g_pos + t * D;
             for (int c = 0; c < D; c += 4) {
                 const float32x4_t v = vld1q_f32(de + c);
@@ -76,7 +78,7 @@ static void encoder_backward(float *g_tok, float *g_pos, const float *dx, const 
 
 /* Returns the block's summed loss times wgt and turns logits [rows][vp] into d(loss)/d(logits) =
  * (softmax - onehot(target)) * wgt, 0 in the padding columns. */
-static double crossentropy_forward(float *logits, const neon_pack *pk, const dims *dm, float wgt) {
+static double crossentropy_forward_backward(float *logits, const neon_pack *pk, const dims *dm, float wgt) {
     double loss = 0.0;
     const float32x4_t wv = vdupq_n_f32(wgt);
     for (int i = 0; i < pk->n_seq; i++) {
@@ -96,10 +98,10 @@ static double crossentropy_forward(float *logits, const neon_pack *pk, const dim
 /* ---- one layer ---- */
 
 /* x_out = xm + Wf2 relu(Wf1 rmsnorm(xm)) with xm = x + Wo attention(Wqkv rmsnorm(x)); la keeps the rest. */
-static void block_forward(const float *p, const neon_layer_acts *la, float *x_out, const neon_pack *pk,
+static void layer_forward(const float *p, const neon_layer_acts *la, float *x_out, const neon_pack *pk,
                           const dims *dm) {
     const int rows = pk->rows;
-    for (int t = 0; t < rows; t++) la->r1[t] = rmsnorm_forward(la->h1 + t * D, la->x + t * D, D);
+    rmsnorm_forward(la->h1, la->r1, la->x, rows, D, 1);
     /* Wq, Wk and Wv are adjacent in the layout: one [3D][D] matrix. */
     matmul_forward(la->qkv, D3, p + EMG_LAYER_WQ(D), la->h1, D, rows, D3, D, EP_STORE, 0, 0);
     for (int i = 0; i < pk->n_seq; i++) {
@@ -108,13 +110,13 @@ static void block_forward(const float *p, const neon_layer_acts *la, float *x_ou
                           dm->n_heads, dm->head_dim, dm->cp, dm->head_stride);
     }
     matmul_forward(la->xm, D, p + EMG_LAYER_WO(D), la->att, D, rows, D, D, EP_RESIDUAL, la->x, D);
-    for (int t = 0; t < rows; t++) la->r2[t] = rmsnorm_forward(la->h2 + t * D, la->xm + t * D, D);
+    rmsnorm_forward(la->h2, la->r2, la->xm, rows, D, 1);
     matmul_forward(la->hidden, DFF, p + EMG_LAYER_WF1(D), la->h2, D, rows, DFF, D, EP_RELU, 0, 0);
     matmul_forward(x_out, D, p + EMG_LAYER_WF2(D), la->hidden, DFF, rows, D, DFF, EP_RESIDUAL, la->xm, D);
 }
 
 /* dx [rows][D]: in, the gradient at the layer's output; out, at its input x. g: the layer's gradients. */
-static void block_backward(const float *p, float *g, const neon_layer_acts *la, const neon_acts *a,
+static void layer_backward(const float *p, float *g, const neon_layer_acts *la, const neon_acts *a,
                            const neon_pack *pk, const dims *dm) {
     const int rows = pk->rows;
     float *dx = a->dx;
@@ -124,7 +126,7 @@ static void block_backward(const float *p, float *g, const neon_layer_acts *la, 
                           DFF);
     matmul_backward_weight(g + EMG_LAYER_WF1(D), a->dpre, DFF, la->h2, D, rows, DFF, D);
     matmul_backward_input(a->dh, D, a->dpre, DFF, p + EMG_LAYER_WF1(D), rows, DFF, DFF, D, EP_STORE, 0, 0);
-    for (int t = 0; t < rows; t++) rmsnorm_backward(dx + t * D, dx + t * D, a->dh + t * D, la->h2 + t * D, la->r2[t], D);
+    rmsnorm_backward(dx, dx, a->dh, la->h2, la->r2, rows, D, 1);
     /* Attention: xm = x + Wo att, att = attention(q, k, v), qkv = Wqkv h1, h1 = rmsnorm(x). */
     matmul_backward_weight(g + EMG_LAYER_WO(D), dx, D, la->att, D, rows, D, D);
     matmul_backward_input(a->datt, D, dx, D, p + EMG_LAYER_WO(D), rows, D, D, D, EP_STORE, 0, 0);
@@ -135,28 +137,28 @@ static void block_backward(const float *p, float *g, const neon_layer_acts *la, 
     }
     matmul_backward_weight(g + EMG_LAYER_WQ(D), a->dqkv, D3, la->h1, D, rows, D3, D);
     matmul_backward_input(a->dh, D, a->dqkv, D3, p + EMG_LAYER_WQ(D), rows, D3, D3, D, EP_STORE, 0, 0);
-    for (int t = 0; t < rows; t++) rmsnorm_backward(dx + t * D, dx + t * D, a->dh + t * D, la->h1 + t * D, la->r1[t], D);
+    rmsnorm_backward(dx, dx, a->dh, la->h1, la->r1, rows, D, 1);
 }
 
 /* ---- one block of packed sequences ---- */
 
 /* Forward through embeddings, every layer, the LM head and the loss; returns the block's weighted loss. */
-static double pack_forward(const emg_session *s, const neon_pack *pk, const dims *dm, float wgt) {
+static double model_forward(const emg_session *s, const neon_pack *pk, const dims *dm, float wgt) {
     const float *p = s->core.params;
     const emg_layout *ly = &s->core.layout;
     const neon_acts *a = &s->acts;
     encoder_forward(a->layer[0].x, a->r0, p + ly->tok_emb, p + ly->pos_emb, pk);
     for (int l = 0; l < dm->n_layers; l++)
-        block_forward(p + emg_layer_offset(ly, l), &a->layer[l], a->layer[l + 1].x, pk, dm);
+        layer_forward(p + emg_layer_offset(ly, l), &a->layer[l], a->layer[l + 1].x, pk, dm);
     /* LM head on the last residual, no final norm. */
     matmul_forward(a->logits, dm->vp, p + ly->wlm, a->layer[dm->n_layers].x, D, pk->rows, dm->vocab, D,
                    EP_STORE, 0, 0);
-    return crossentropy_forward(a->logits, pk, dm, wgt);
+    return crossentropy_forward_backward(a->logits, pk, dm, wgt);
 }
 
-/* Backward after pack_forward, accumulating into s->core.grads: the LM head, the layers in reverse, the
+/* Backward after model_forward, accumulating into s->core.grads: the LM head, the layers in reverse, the
  * embeddings. */
-static void pack_backward(emg_session *s, const neon_pack *pk, const dims *dm) {
+static void model_backward(emg_session *s, const neon_pack *pk, const dims *dm) {
     const float *p = s->core.params;
     float *g = s->core.grads;
     const emg_layout *ly = &s->core.layout;
@@ -165,11 +167,11 @@ static void pack_backward(emg_session *s, const neon_pack *pk, const dims *dm) {
     matmul_backward_weight(g + ly->wlm, a->logits, dm->vp, x_last, D, pk->rows, dm->vocab, D);
     matmul_backward_input(a->dx, D, a->logits, dm->vp, p + ly->wlm, pk->rows, dm->vp, dm->vocab, D, EP_STORE, 0, 0);
     for (int l = dm->n_layers - 1; l >= 0; l--)
-        block_backward(p + emg_layer_offset(ly, l), g + emg_layer_offset(ly, l), &a->layer[l], a, pk, dm);
+        layer_backward(p + emg_layer_offset(ly, l), g + emg_layer_offset(ly, l), &a->layer[l], a, pk, dm);
     encoder_backward(g + ly->tok_emb, g + ly->pos_emb, a->dx, a->layer[0].x, a->r0, pk);
 }
 
-static float loss_grad(emg_session *s, int batch, const uint8_t *tokens, const uint8_t *lengths, int want_grads) {
+static float loss_and_grad(emg_session *s, int batch, const uint8_t *tokens, const uint8_t *lengths, int want_grads) {
     const dims dm = dims_of(&s->core.shape);
     const int seq = emg_seq_len(&s->core.shape);
     long n_live = 0;
@@ -181,8 +183,8 @@ static float loss_grad(emg_session *s, int batch, const uint8_t *tokens, const u
     for (int b = 0; b <= batch; b++) {
         const int T = b < batch ? lengths[b] - 1 : 0;
         if (pk.n_seq > 0 && (b == batch || pk.rows + T > PACK_ROWS)) { /* the block is full: run it */
-            loss += pack_forward(s, &pk, &dm, wgt);
-            if (want_grads) pack_backward(s, &pk, &dm);
+            loss += model_forward(s, &pk, &dm, wgt);
+            if (want_grads) model_backward(s, &pk, &dm);
             pk.rows = pk.n_seq = 0;
         }
         if (b == batch) break;
@@ -195,4 +197,4 @@ static float loss_grad(emg_session *s, int batch, const uint8_t *tokens, const u
     return (float)loss;
 }
 
-const emg_kernel KERNEL_NAME = {D_MODEL, loss_grad};
+const emg_neon_kernel KERNEL_NAME = {D_MODEL, loss_and_grad};
