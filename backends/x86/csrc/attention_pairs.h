@@ -17,6 +17,11 @@
 #ifndef EMG_X86_ATTENTION_PAIRS_H
 #define EMG_X86_ATTENTION_PAIRS_H
 
+#include <math.h>
+
+#include "attention_lanes.h"
+#include "simd.h"
+
 #if VW == 16
 
 /* Whether attention_forward and attention_backward take the paired path. */
