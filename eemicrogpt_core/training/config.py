@@ -30,6 +30,7 @@ import yaml
 from ..backends.precision import PRECISIONS
 from ..base.abi import MAX_CONTEXT, MAX_LAYERS
 from ..base.errors import ConfigError
+from ..model.optim import LR_SCHEDULES, LrSchedule
 from ..model.shape import DEFAULT_CONTEXT, NAMES_VOCAB, ModelShape, ShapeError, default_heads
 
 DTYPES = ("float32", "float64", "float16")
@@ -110,7 +111,7 @@ class TrainConfig:
     context: int = _key(DEFAULT_CONTEXT, f"predictions per name (microgpt's block_size), 1..{MAX_CONTEXT}; longer "
                         "names are truncated")
     batch: int = _key(16, "names per step", minimum=1, maximum=MAX_CONFIG_BATCH)
-    steps: int = _key(40000, "training steps (the LR decays to zero over them)", minimum=1, maximum=MAX_STEPS)
+    steps: int = _key(40000, "training steps (the LR schedule spans them)", minimum=1, maximum=MAX_STEPS)
     time_budget: float | None = _key(  # seconds; when set, the steps that fit replace `steps`
         None, "seconds of training (measured by a short warm-up first); the steps that fit replace --steps",
         minimum=0.0, open_minimum=True, maximum=MAX_TIME_BUDGET)
@@ -119,7 +120,13 @@ class TrainConfig:
         None, "stop once the train loss (mean of the last 100 steps, as printed) is <= this; the run records "
         "the steps and training seconds it took (--steps or --time-budget still caps the run)",
         minimum=0.0, open_minimum=True, null_means="no target")
-    lr: float = _key(0.002, "initial learning rate", minimum=0.0)
+    lr: float = _key(0.002, "peak learning rate (the first step's without warm-up)", minimum=0.0)
+    # The defaults (linear to zero, no warm-up) are the schedule every earlier run used, to the bit (optim.py).
+    lr_schedule: str = _key("linear", f"decay after the warm-up: {' or '.join(LR_SCHEDULES)}, from lr to min_lr "
+                            "over the remaining steps", choices=LR_SCHEDULES)
+    warmup_steps: int = _key(0, "steps over which the learning rate ramps linearly up to lr (fewer than --steps)",
+                             minimum=0, maximum=MAX_STEPS)
+    min_lr: float = _key(0.0, "learning rate the decay ends at (at most lr)", minimum=0.0)
     seed: int = _key(42, "seed of init, split and batches", minimum=0, maximum=MAX_SEED)
     backend: str = _key("auto", "backend name or 'auto' (precedence: this flag > $EEMICROGPT_BACKEND > config > "
                         "auto)", check=_named_backend, on_resume=True)
@@ -150,6 +157,10 @@ class TrainConfig:
     def model_shape(self, vocab: int) -> ModelShape:
         """The model this config trains on data whose vocabulary has `vocab` tokens."""
         return ModelShape(self.d_model, self.n_heads, self.n_layers, vocab, self.context)
+
+    def schedule(self) -> LrSchedule:
+        """The learning-rate schedule of this run (the steps it spans are the trainer's to say)."""
+        return LrSchedule(self.lr, self.lr_schedule, self.warmup_steps, self.min_lr)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -259,6 +270,10 @@ def _check_values(cfg: TrainConfig, sources: Mapping[str, str]) -> None:
         problem = _problem(key, getattr(cfg, key))
         if problem:
             fail(key, problem)
+    if cfg.min_lr > cfg.lr:
+        fail("min_lr", f"must be at most lr ({cfg.lr:g}), got {cfg.min_lr:g}")
+    if cfg.time_budget is None and cfg.warmup_steps >= cfg.steps:
+        fail("warmup_steps", f"must be fewer than steps ({cfg.steps:,}), got {cfg.warmup_steps:,}")
     try:  # the model's rules; any valid vocabulary will do, since the data decides it and no key sets it
         cfg.model_shape(NAMES_VOCAB)
     except ShapeError as e:

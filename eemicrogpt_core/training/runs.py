@@ -109,7 +109,7 @@ def plan_resume(
 ) -> RunPlan | AlreadyFinished:
     """Continue the run in `path` with its saved config; only backend, data and the settings marked
     `on_resume` (`changes`, checked like any override and named by `changes_source` in errors) may differ.
-    extend_to: train on to that many steps (the linear schedule re-spanned), also a finished run."""
+    extend_to: train on to that many steps (the LR schedule re-spanned), also a finished run."""
     run = RunDir.existing(path)
     ckpt = load_checkpoint(run.checkpoint_path)
     data_path = user_path(data, "--data") if data else ckpt.config.data
@@ -122,9 +122,11 @@ def plan_resume(
             raise ConfigError(f"--steps {extend_to:,} with --resume must be more than the {int(ckpt.state.step):,} "
                               "steps this run has done")
         cfg = dataclasses.replace(cfg, steps=extend_to)
-        note(f"extending to {extend_to:,} steps (from {ckpt.total_steps:,}): the learning rate decays linearly to 0 "
-             f"over all {extend_to:,}, so step {int(ckpt.state.step) + 1:,} continues at "
-             f"{ckpt.config.lr * (1 - ckpt.state.step / extend_to):.3g}")
+        schedule = ckpt.config.schedule()
+        nxt = int(ckpt.state.step) + 1
+        note(f"extending to {extend_to:,} steps (from {ckpt.total_steps:,}): the learning rate schedule "
+             f"({schedule.describe()}) spans all {extend_to:,}, so step {nxt:,} continues at "
+             f"{schedule.at(nxt, extend_to):.3g}")
     elif ckpt.finished:
         return AlreadyFinished(run, ckpt)
     if changes:

@@ -31,7 +31,6 @@ from ..base.errors import (
     describe_os_error,
 )
 from ..data.names import BatchSampler, Dataset, encode, fixed_batches, read_names, split
-from ..model.optim import lr_schedule
 from ..model.shape import ModelShape, init_params
 from ..model.vocab import Vocabulary
 from .checkpoint import Checkpoint, save_checkpoint, software_versions
@@ -212,6 +211,7 @@ class _Run:
                  shape: ModelShape, run_dir: RunDir | None, resume: Checkpoint | None,
                  extend_to: int | None = None) -> None:
         self.cfg, self.entry, self.session, self.run_dir = cfg, entry, session, run_dir
+        self.schedule = cfg.schedule()
         self.load_start: float | None = None
         self.calibration_s: float | None = None  # set for a fresh time-budget run
         self.shape, self.vocab = shape, data.vocab
@@ -266,7 +266,7 @@ class _Run:
         if self.adaptive is not None:  # the count for this chunk; short chunks while counts are timed
             n = self.adaptive.before_chunk(n, self.seconds_per_step)
         tokens, lengths = self.sampler.sample(n)
-        lrs = lr_schedule(step + 1, n, self.total, cfg.lr)
+        lrs = self.schedule.rates(step + 1, n, self.total)
         t0 = time.perf_counter()
         try:
             losses = np.asarray(self.session.train_steps(tokens, lengths, lrs), dtype=np.float32)
@@ -317,8 +317,7 @@ class _Run:
         for step in range(int(self.good.state.step) + 1, chunk_end + 1):
             tokens, lengths = sampler.sample(1)
             try:
-                loss = float(self.session.train_steps(tokens, lengths, lr_schedule(step, 1, self.total,
-                                                                                     self.cfg.lr))[0])
+                loss = float(self.session.train_steps(tokens, lengths, self.schedule.rates(step, 1, self.total))[0])
             except Exception as e:
                 if not _is_nonfinite_error(e):
                     raise
@@ -432,9 +431,9 @@ def train(
     or one raised by a reporter) also saves, while one inside a backend call keeps the last checkpoint,
     because the state in the middle of a chunk matches no step.
 
-    extend_to (with resume): train on to this many steps in all, also past a finished run's end. The linear
-    decay is then re-spanned over the new total: step s after the checkpoint uses lr (1 - (s - 1) / extend_to),
-    as if the run had been planned that long; the steps already run keep the rates they had.
+    extend_to (with resume): train on to this many steps in all, also past a finished run's end. The LR
+    schedule is then re-spanned over the new total: step s after the checkpoint uses the rate it would have
+    had in a run planned that long; the steps already run keep the rates they had.
     """
     if extend_to is not None:
         if resume is None:
