@@ -97,10 +97,11 @@ def train(config: str | Path | None = None, *, data: str | Path | None = None, b
                result.total_steps, list(result.records), result.losses, result.backend, result.target)
 
 
-def load(run_dir: str | Path) -> Run:
-    """The run in a directory `eemicrogpt train` (or train() above) wrote: its last checkpoint and metrics."""
+def load(run_dir: str | Path, best: bool = False) -> Run:
+    """The run in a directory `eemicrogpt train` (or train() above) wrote: its last checkpoint and metrics, or
+    with best=True its best.npz (the lowest validation loss of a run trained with keep_best)."""
     run = RunDir.existing(run_dir)
-    ckpt = load_checkpoint(run.checkpoint_path)
+    ckpt = load_checkpoint(run.model_file(best))
     target_loss = ckpt.config.target_loss
     target = TargetOutcome.of(target_loss, ckpt.target_reached) if target_loss is not None else None
     return Run(ckpt.state.params, ckpt.shape, ckpt.vocab, ckpt.config, run.path, int(ckpt.state.step),

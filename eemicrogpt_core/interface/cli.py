@@ -33,7 +33,7 @@ from ..training import runs
 from ..training.checkpoint import load_checkpoint
 from ..training.config import MAX_D_MODEL, SETTINGS, TrainConfig, load_config
 from ..training.progress import RichReporter
-from ..training.rundir import RunDir
+from ..training.rundir import BEST_NAME, model_file
 from ..training.trainer import PreparedData, TrainResult
 from .config_options import flag_of, with_config_options
 from .versions import version_report
@@ -115,6 +115,7 @@ def main(
 
 _BACKEND_HELP = SETTINGS["backend"].help
 _DATA_HELP = SETTINGS["data"].help
+_BEST_HELP = "use best.npz, the checkpoint of the lowest validation loss (a run trained with --keep-best)"
 
 
 def _summary(result: TrainResult, cfg: TrainConfig, console: Console) -> None:
@@ -127,6 +128,9 @@ def _summary(result: TrainResult, cfg: TrainConfig, console: Console) -> None:
     )
     if result.target is not None:
         console.print(f"target: {result.target.describe()}", highlight=False)
+    if result.best is not None and result.best.val_loss is not None:
+        kept = f" (kept in {result.run_dir / BEST_NAME})" if cfg.keep_best and result.run_dir is not None else ""
+        console.print(f"{result.best.describe()}{kept}", highlight=False)
     c = result.contention
     if c is not None and c.contended:
         loads = ", ".join(f"{x:.1f}" for x in (c.load_start, c.load_end) if x is not None)
@@ -210,6 +214,7 @@ def sample_cmd(
     unique: Annotated[bool, typer.Option("--unique", help="distinct names only (fewer when the model has "
                                          "fewer to give)")] = False,
     out: Annotated[Path | None, typer.Option(help="write the names to this new file (never overwritten)")] = None,
+    best: Annotated[bool, typer.Option("--best", help=_BEST_HELP)] = False,
 ) -> None:
     """Generate names from a trained run."""
     if not 1 <= n <= MAX_SAMPLES:
@@ -221,7 +226,7 @@ def sample_cmd(
     target = user_path(out, "--out") if out is not None else None
     if target is not None and (target.exists() or target.is_symlink()):
         raise ConfigError(f"--out {target} already exists; choose a new file (samples never overwrite one)")
-    ckpt = load_checkpoint(RunDir.existing(run_dir).checkpoint_path)
+    ckpt = load_checkpoint(model_file(run_dir, best))
     names = generate(ckpt.state.params, ckpt.shape, ckpt.vocab, n=n, temperature=temperature, seed=seed,
                      prefix=clean_prefix(prefix, ckpt.config.lowercase), max_len=max_len, unique=unique)
     if target is None:
@@ -243,11 +248,12 @@ def export_cmd(
     format: Annotated[str, typer.Option(help="safetensors (tensors by name, shape/config/vocabulary in the "
                                         "metadata) or torch (a state dict for eemicrogpt_core.tools.torch_model)")]
     = "safetensors",
+    best: Annotated[bool, typer.Option("--best", help=_BEST_HELP)] = False,
 ) -> None:
     """Write a run's weights for use elsewhere."""
     from .api import load
 
-    path = load(run_dir).export(out, format)
+    path = load(run_dir, best=best).export(out, format)
     print(f"wrote {path} ({format})")
 
 

@@ -137,6 +137,10 @@ class TrainConfig:
     lowercase: bool = _key(False, "fold upper case to lower case before the vocabulary is built")
     val_fraction: float = _key(0.1, "share of the names held out for validation, in [0, 1) (0: no validation)",
                                minimum=0.0, maximum=1.0, open_maximum=True)
+    keep_best: bool = _key(False, "also keep best.npz, the checkpoint of the lowest validation loss so far (sample, "
+                           "export and load take it with --best / best=True)")
+    patience: int | None = _key(None, "stop after this many validation rounds (every --log-every steps) in a row "
+                                "without a lower validation loss", minimum=1, null_means="never stop early")
     log_every: int = _key(1000, "steps between log lines, val loss and checkpoints", minimum=1, maximum=MAX_STEPS)
     eval_batches: int = _key(20, "fixed validation batches of `batch` names each", minimum=1,
                              maximum=MAX_EVAL_BATCHES)
@@ -270,6 +274,9 @@ def _check_values(cfg: TrainConfig, sources: Mapping[str, str]) -> None:
         problem = _problem(key, getattr(cfg, key))
         if problem:
             fail(key, problem)
+    for key in ("keep_best", "patience"):
+        if getattr(cfg, key) not in (None, False) and cfg.val_fraction == 0:
+            fail(key, "needs a validation split: val_fraction must be above 0")
     if cfg.min_lr > cfg.lr:
         fail("min_lr", f"must be at most lr ({cfg.lr:g}), got {cfg.min_lr:g}")
     if cfg.time_budget is None and cfg.warmup_steps >= cfg.steps:

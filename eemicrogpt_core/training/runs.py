@@ -64,8 +64,13 @@ class AlreadyFinished:
     def describe(self) -> str:
         ckpt = self.checkpoint
         reached = ckpt.target_reached
-        how = (f"stopped at step {int(ckpt.state.step):,} on reaching target_loss {ckpt.config.target_loss:g}"
-               if reached is not None and ckpt.state.step == reached.stop else f"{ckpt.total_steps:,} steps")
+        if ckpt.best.stopped_at == ckpt.state.step:
+            how = (f"stopped early at step {int(ckpt.state.step):,}: no lower validation loss in "
+                   f"{ckpt.config.patience} rounds, {ckpt.best.describe()}")
+        elif reached is not None and ckpt.state.step == reached.stop:
+            how = f"stopped at step {int(ckpt.state.step):,} on reaching target_loss {ckpt.config.target_loss:g}"
+        else:
+            how = f"{ckpt.total_steps:,} steps"
         return (f"{self.run_dir.path} already finished ({how}); nothing to resume (pass --steps N to train on to "
                 "N steps)")
 
