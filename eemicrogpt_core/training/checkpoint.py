@@ -25,6 +25,7 @@ import io
 import json
 import math
 import platform
+import tokenize
 import zipfile
 import zlib
 from dataclasses import dataclass, field
@@ -301,5 +302,6 @@ def load_checkpoint(path: Path) -> Checkpoint:
         what = "a plain .npy array" if npy else "not a zip archive (truncated, or some other file)"
         raise CheckpointError(f"{path}: unreadable checkpoint: {what}; point at a checkpoint.npz that "
                               "`eemicrogpt train` wrote") from None
-    except (OSError, ValueError, EOFError, zlib.error, json.JSONDecodeError, RecursionError) as e:
+    # numpy re-tokenizes a .npy header it cannot parse, and a damaged one can fail there (TokenError).
+    except (OSError, ValueError, EOFError, zlib.error, json.JSONDecodeError, RecursionError, tokenize.TokenError) as e:
         raise CheckpointError(f"{path}: unreadable checkpoint ({e})") from None
