@@ -183,7 +183,9 @@ def test_env_backend_is_used_and_flag_wins(names_file: Path, tmp_path: Path) -> 
         ({"c.yaml": "context: 65\n"}, ["--config", "{tmp}/c.yaml"], ["context must be 1..64, got 65"]),
         ({"c.yaml": "d_model: [16\n"}, ["--config", "{tmp}/c.yaml"], ["c.yaml:", "malformed YAML"]),
         ({"c.yaml": "d_modle: 16\n"}, ["--config", "{tmp}/c.yaml"], ["unknown key 'd_modle'", "c.yaml"]),
-        ({}, ["--config", "{tmp}/absent.yaml"], ["config file not found"]),
+        ({}, ["--config", "{tmp}/absent.yaml"], ["absent.yaml: no such file, and not a shipped config "
+                                                 "(shipped: d16, d32, d64, d128;"]),
+        ({}, ["--config", "d24"], ["--config d24: no such file, and not a shipped config (shipped: d16, d32"]),
         ({}, ["--d-model", "30", "--n-heads", "4"], ["n_heads must divide d_model 30"]),
         ({}, ["--batch", "0"], ["batch must be >= 1"]),
         ({}, ["--lr", "-1"], ["lr must be"]),
@@ -229,7 +231,9 @@ def test_console_script_error_has_no_traceback(tmp_path: Path) -> None:
         capture_output=True, text=True, timeout=60,
     )
     assert proc.returncode == 2
-    assert proc.stderr.strip().splitlines() == [f"eemicrogpt: error: config file not found: {tmp_path}/absent.yaml"]
+    assert proc.stderr.strip().splitlines() == [
+        f"eemicrogpt: error: --config {tmp_path}/absent.yaml: no such file, and not a shipped config (shipped: d16, "
+        "d32, d64, d128; `eemicrogpt configs` describes them)"]
 
 
 def test_unknown_backend_is_reported_before_any_download(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

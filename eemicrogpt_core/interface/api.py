@@ -88,7 +88,7 @@ def train(config: str | Path | None = None, *, data: str | Path | None = None, b
     $EEMICROGPT_BACKEND > config > auto. A run directory is written (`out`, default runs/<time>-d<size>).
     progress: a progress bar and log lines (in a terminal or a notebook), or nothing.
     """
-    cfg = load_config(user_path(config, "config") if config is not None else None, keys)
+    cfg = load_config(config, keys, what="config")
     registry = load_registry()
     plan = runs.plan_fresh(registry, cfg, backend=backend, data=str(data) if data is not None else None)
     cfg = plan.cfg

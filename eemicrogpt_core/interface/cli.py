@@ -23,6 +23,7 @@ from ..backends.precision import FP32, PRECISIONS
 from ..backends.registry import BackendRegistry, load_registry, peak_gflops
 from ..base.errors import ConfigError, EemicrogptError, describe_os_error
 from ..base.paths import user_path
+from ..base.shipped import description, shipped
 from ..data.datafile import resolve_data_path
 from ..data.names import clean_prefix, encode, read_names, split
 from ..model.sampling import generate
@@ -147,7 +148,8 @@ def _summary(result: TrainResult, cfg: TrainConfig, console: Console) -> None:
 @with_config_options
 def train_cmd(
     config: Annotated[
-        Path | None, typer.Option("--config", "-c", help="YAML config (default: built in, equal to configs/d64.yaml)")
+        str | None, typer.Option("--config", "-c", help="YAML config: a path or a shipped config's name (d16; "
+                                 "`eemicrogpt configs` lists them); default: built in, equal to d64")
     ] = None,
     resume: Annotated[Path | None, typer.Option(help="continue the run in this directory exactly")] = None,
     allow_data_change: Annotated[
@@ -189,7 +191,7 @@ def train_cmd(
     else:
         if allow_data_change:
             raise ConfigError("--allow-data-change only applies with --resume")
-        cfg = load_config(user_path(config, "--config") if config else None, overrides)
+        cfg = load_config(config, overrides)
         plan = runs.plan_fresh(registry, cfg, backend=backend, data=data)
     cfg = plan.cfg
     result = runs.execute(plan, registry, RichReporter(console))
@@ -470,7 +472,8 @@ def _exit_if_failed(rows: list[bench.BenchRow | bench.LossRow], console: Console
 
 @app.command("sweep")
 def sweep_cmd(
-    spec: Annotated[Path, typer.Argument(help="sweep spec (YAML: base, grid, random, seeds, steps/time_budget)")],
+    spec: Annotated[str, typer.Argument(help="sweep spec: a YAML file (base, grid, random, seeds, steps/time_budget) "
+                                        "or a shipped spec's name (time_to_2; `eemicrogpt configs` lists them)")],
     out: Annotated[Path | None, typer.Option(help="sweep directory (default sweeps/<spec name>)")] = None,
     executor: Annotated[str, typer.Option(help="local (worker processes, one per physical core) or ray")] = "local",
     address: Annotated[str | None, typer.Option(help="Ray cluster address (default: $RAY_ADDRESS or auto)")] = None,
@@ -489,6 +492,17 @@ def sweep_cmd(
         raise typer.Exit(128 + signal.SIGINT)  # the shell convention for Ctrl-C, as train uses
     if outcome.failed:
         raise typer.Exit(1)  # the runs' one-line errors are in the table and in results.jsonl
+
+
+@app.command("configs")
+def configs_cmd() -> None:
+    """List the configs and sweep specs shipped with eemicrogpt, usable by name (--config d16, sweep time_to_2)."""
+    for kind, usage in (("config", "eemicrogpt train --config NAME"), ("sweep", "eemicrogpt sweep NAME")):
+        files = shipped(kind)
+        print(f"{kind}s ({usage}):")
+        width = max(map(len, files), default=0)
+        for name, path in files.items():
+            print(f"  {name:<{width}}  {description(path)}")
 
 
 @app.command("plot")

@@ -6,7 +6,7 @@ and its bounds, help text and CLI spelling are the field's `Setting`. The YAML l
 messages and the `eemicrogpt train` options (cli.py) are all derived from the fields, so adding a key means
 adding one field.
 
-The dataclass defaults are the built-in default run (the same run as configs/d64.yaml; a test keeps them
+The dataclass defaults are the built-in default run (the same run as the shipped d64.yaml; a test keeps them
 equal), so an installed package needs no config file.
 """
 
@@ -30,6 +30,7 @@ import yaml
 from ..backends.precision import PRECISIONS
 from ..base.abi import MAX_CONTEXT, MAX_LAYERS
 from ..base.errors import ConfigError
+from ..base.shipped import find
 from ..model.optim import LR_SCHEDULES, LrSchedule
 from ..model.shape import DEFAULT_CONTEXT, NAMES_VOCAB, ModelShape, ShapeError, default_heads
 
@@ -50,8 +51,9 @@ MAX_SEED = 2**63 - 1
 MAX_TIME_BUDGET = 7 * 24 * 3600.0
 MAX_CONFIG_BYTES = 1 << 20  # a config is a few hundred bytes; refuse to parse megabytes
 
-# Hyperparameters per size (configs/dNN.yaml mirror these; a test keeps them equal). A run of one of these widths
-# gets its preset for every value that neither the command line nor the config file gives (load_config).
+# Hyperparameters per size (the shipped eemicrogpt_core/configs/dNN.yaml mirror these; a test keeps them equal).
+# A run of one of these widths gets its preset for every value that neither the command line nor the config
+# file gives (load_config).
 # d16: the seed's bpc@1s row ran ~19,500 steps at lr 0.01.
 # d32: 30k steps at 0.005, between the seed's 1-second 0.01 (~6k steps) and its 500k-step 0.002
 #   (measured on avx512: train 1.96, val 2.05).
@@ -421,11 +423,14 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     return data
 
 
-def load_config(path: str | Path | None, overrides: Mapping[str, Any] | None = None) -> TrainConfig:
-    """The run a user asks for: command-line overrides (None values ignored) > the YAML file > the chosen width's
-    preset > the built-in default."""
+def load_config(path: str | Path | None, overrides: Mapping[str, Any] | None = None,
+                what: str = "--config") -> TrainConfig:
+    """The run a user asks for: command-line overrides (None values ignored) > the YAML file (a path, or the name
+    of a shipped config: d16) > the chosen width's preset > the built-in default. `what` names the file's
+    option in errors."""
     layers: list[tuple[str, Mapping[str, Any]]] = []
     if path is not None:
+        path = find(path, "config", what)
         layers.append((str(path), read_yaml(path)))
     if overrides:
         given = {k: v for k, v in overrides.items() if v is not None}
