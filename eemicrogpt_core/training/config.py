@@ -96,6 +96,21 @@ def _key(default: Any, help: str, **rules: Any) -> Any:
     return dataclasses.field(default=default, metadata={_SETTING: Setting(help, **rules)})
 
 
+LOG_SINKS = ("tensorboard", "wandb")  # sinks.py writes them
+
+
+def sink_names(value: str | None) -> list[str]:
+    """The sinks a `log_to` value names ("tensorboard", "wandb" or both, comma-separated)."""
+    return [] if not value else list(dict.fromkeys(part.strip() for part in value.split(",") if part.strip()))
+
+
+def _log_to_problem(value: str) -> str | None:
+    names = sink_names(value)
+    if not names or any(n not in LOG_SINKS for n in names):
+        return f"must name {' and/or '.join(LOG_SINKS)} (comma-separated), got {value!r}"
+    return None
+
+
 def _named_backend(value: str) -> str | None:
     return None if value.strip() else "must be a backend name or 'auto', got an empty string"
 
@@ -143,6 +158,10 @@ class TrainConfig:
                            "export and load take it with --best / best=True)")
     patience: int | None = _key(None, "stop after this many validation rounds (every --log-every steps) in a row "
                                 "without a lower validation loss", minimum=1, null_means="never stop early")
+    log_to: str | None = _key(None, "also log the metrics to tensorboard (event files in RUN/tensorboard) and/or wandb "
+                              "(offline unless $WANDB_MODE says otherwise; RUN/wandb), comma-separated; "
+                              "metrics.jsonl is always written", check=_log_to_problem, null_means="metrics.jsonl only",
+                              on_resume=True)
     log_every: int = _key(1000, "steps between log lines, val loss and checkpoints", minimum=1, maximum=MAX_STEPS)
     eval_batches: int = _key(20, "fixed validation batches of `batch` names each", minimum=1,
                              maximum=MAX_EVAL_BATCHES)

@@ -26,14 +26,17 @@ from ..backends.registry import BackendRegistry
 from ..base.errors import CheckpointError, ConfigError
 from ..base.paths import user_path
 from ..data.datafile import given_data_path, resolve_data_path
+from ..model.sampling import generate
 from ..model.shape import NAMES_VOCAB
 from ..model.vocab import Vocabulary
 from .checkpoint import Checkpoint, load_checkpoint
 from .config import TrainConfig, build_config, resolve_backend
 from .limits import check_memory
 from .rundir import RunDir
-from .trainer import PreparedData, Reporter, TrainResult, prepare_data, train
+from .sinks import SinkReporter, check_installed, open_sinks
+from .trainer import NullReporter, PreparedData, Reporter, TrainResult, prepare_data, train
 
+SINK_SAMPLES = 10  # names handed to the log_to sinks at the end of a run
 Note = Callable[[str], None]  # where a run's notes go (the CLI's console, a reporter, or nowhere)
 Prepare = Callable[[TrainConfig, "Vocabulary | None"], PreparedData]  # prepare_data, or a caching variant
 
@@ -80,6 +83,7 @@ def plan_fresh(registry: BackendRegistry, cfg: TrainConfig, *, backend: str | No
     """A new run of `cfg` (already built from its sources); backend and data are the caller's explicit choices
     (a flag, an argument, a sweep's resolved value), which outrank the environment and the config."""
     check_memory(cfg)
+    check_installed(cfg)
     cfg = dataclasses.replace(cfg, backend=resolve_backend(backend, cfg.backend))
     given = given_data_path(data, cfg.data)
     if given is None:  # the makemore names: their vocabulary is known before the download, so check first
@@ -137,6 +141,7 @@ def plan_resume(
     if changes:
         cfg = build_config([(changes_source, changes)], cfg)
     check_memory(cfg)
+    check_installed(cfg)
     chosen = registry.select(cfg.backend, ckpt.shape, cfg.batch, cfg.dtype, cfg.precision).name
     prepared = prepare(cfg, ckpt.vocab)
     check_same_data(ckpt, prepared, cfg, allow_data_change, note)
@@ -150,10 +155,23 @@ def plan_resume(
 
 
 def execute(plan: RunPlan, registry: BackendRegistry, reporter: Reporter | None = None) -> TrainResult:
-    """Claim the run directory (a second process training it stops here), train, release it."""
+    """Claim the run directory (a second process training it stops here), train, release it. The sinks of
+    `log_to` get the run's records and, at the end, ten sampled names."""
     plan.run_dir.claim()
     try:
-        return train(plan.cfg, registry, run_dir=plan.run_dir, resume=plan.resume, reporter=reporter,
-                     data=plan.data, extend_to=plan.extend_to)
+        sinks = open_sinks(plan.cfg, plan.run_dir.path)
+        try:
+            result = train(plan.cfg, registry, run_dir=plan.run_dir, resume=plan.resume,
+                           reporter=SinkReporter(reporter or NullReporter(), sinks) if sinks else reporter,
+                           data=plan.data, extend_to=plan.extend_to)
+            if sinks:
+                names = generate(result.state.params, result.shape, result.vocab, n=SINK_SAMPLES, temperature=0.5,
+                                 seed=plan.cfg.seed)
+                for sink in sinks:
+                    sink.samples(int(result.state.step), names)
+            return result
+        finally:
+            for sink in sinks:
+                sink.close()
     finally:
         plan.run_dir.release()
