@@ -248,7 +248,8 @@ def export_cmd(
     run_dir: Annotated[Path, typer.Argument(help="a run directory written by `eemicrogpt train`")],
     out: Annotated[Path, typer.Option(help="the new file to write (never overwritten)")],
     format: Annotated[str, typer.Option(help="safetensors (tensors by name, shape/config/vocabulary in the "
-                                        "metadata) or torch (a state dict for eemicrogpt_core.tools.torch_model)")]
+                                        "metadata), torch (a state dict for eemicrogpt_core.tools.torch_model) or "
+                                        "onnx (next-token logits for token prefixes, vocabulary in the metadata)")]
     = "safetensors",
     best: Annotated[bool, typer.Option("--best", help=_BEST_HELP)] = False,
 ) -> None:
