@@ -310,7 +310,7 @@ def test_bad_values_of_the_new_keys(args: list[str], message: str, names_file: P
 def test_resume_refuses_new_shape_keys(trained: tuple[Path, Any]) -> None:
     out, _ = trained
     assert_one_line_error(run("train", "--resume", str(out), "--n-layers", "2", "--lowercase"),
-                          "drop --n-layers, --lowercase", "only --backend, --data, --threads may change")
+                          "drop --n-layers, --lowercase", "only --backend, --data, --log-to, --threads may change")
 
 
 def test_val_fraction_reaches_the_run(names_file: Path, tmp_path: Path) -> None:
@@ -380,3 +380,20 @@ def test_a_backend_refusing_the_shape_names_the_datas_vocabulary(monkeypatch: py
     assert_one_line_error(result, "backend 'fake_v27' cannot run this configuration",
                           "fake_v27 has no kernel for d64, 4 heads, 1 layer, vocab 34, context 16")
     assert not out.exists()
+
+
+def test_flags_read_as_flags_in_help() -> None:
+    for command in ("sample", "train", "export", "backends"):
+        result = run(command, "--help")
+        assert result.exit_code == 0
+        assert "<bool>" not in result.output, command
+    assert "--unique" in run("sample", "--help").output
+
+
+def test_a_value_after_a_flag_says_the_flag_takes_none(trained: tuple[Path, Any]) -> None:
+    out, _ = trained
+    result = run("sample", str(out), "--unique", "true")
+    assert_one_line_error(result, "unexpected extra argument", "--unique is a flag and takes no value: write "
+                          "--unique alone to set it")
+    other = run("sample", str(out), "--unique", "extra")
+    assert other.exit_code == 2 and "is a flag" not in other.stderr

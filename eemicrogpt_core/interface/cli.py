@@ -6,6 +6,7 @@ User errors (EemicrogptError) and bad usage print one line on stderr and exit 2;
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import math
 import signal
@@ -51,8 +52,37 @@ def _fail(message: str, code: int = EXIT_USER_ERROR) -> int:
     return code
 
 
+def _flags_read_as_flags(params: list[Any]) -> list[Any]:
+    """Options that take no value (--unique, --help) get an empty metavar: typer would otherwise show their
+    type, `<bool>`, as if they took one."""
+    for param in params:
+        if getattr(param, "is_flag", False) and getattr(param, "metavar", "") is None:
+            param.metavar = ""
+    return params
+
+
+def _flag_value_hint(message: str, args: list[str] | None) -> str:
+    """`--unique true`: say that a flag takes no value (click only calls `true` an unexpected argument)."""
+    if "extra argument" not in message:
+        return ""
+    words = list(args if args is not None else sys.argv[1:])
+    for before, word in itertools.pairwise(words):
+        if before.startswith("--") and "=" not in before and word.lower() in ("true", "false"):
+            return f"; {before} is a flag and takes no value: write {before} alone to set it"
+    return ""
+
+
 class OneLineErrors(TyperGroup):
     """Turns user errors and usage errors into a single stderr line instead of a traceback or a panel."""
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        return _flags_read_as_flags(super().get_params(ctx))
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        command = super().get_command(ctx, cmd_name)
+        if command is not None:
+            _flags_read_as_flags(command.get_params(ctx))
+        return command
 
     def main(  # type: ignore[override]
         self,
@@ -83,7 +113,8 @@ class OneLineErrors(TyperGroup):
                 code = 0
             else:
                 where = ctx.command_path if ctx is not None else "eemicrogpt"
-                code = _fail(f"{where}: {e.format_message()} (see {where} --help)", e.exit_code)
+                message = e.format_message()
+                code = _fail(f"{where}: {message}{_flag_value_hint(message, args)} (see {where} --help)", e.exit_code)
         if standalone_mode:
             sys.exit(code)
         return code
