@@ -57,3 +57,11 @@ def test_errors_are_one_family(workdir: Path) -> None:
     with pytest.raises(eemicrogpt.DataError, match="not found"):
         eemicrogpt.train(data="no-such-names.txt", progress=False)
     assert not (workdir / "runs").exists()  # nothing is created before the inputs are checked
+
+
+def test_repr_is_one_short_line(workdir: Path) -> None:
+    run = eemicrogpt.train(d_model=16, steps=20, log_every=20, out="r3", progress=False)
+    text = repr(run)
+    assert text.startswith("Run(d16, 4 heads, 1 layer, vocab 27, context 16, step 20/20, val loss ")
+    assert text.endswith(", 'r3')") and "\n" not in text and len(text) < 120
+    assert len(run.sample()) == 20  # the CLI's `sample -n` default too

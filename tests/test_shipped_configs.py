@@ -99,3 +99,4 @@ def test_the_wheel_carries_the_shipped_files(tmp_path: Path) -> None:
     for kind in ("config", "sweep"):
         for path in shipped(kind).values():
             assert path.relative_to(SHIPPED_DIR.parent.parent).as_posix() in names
+    assert {"eemicrogpt/py.typed", "eemicrogpt_core/py.typed"} <= names  # PEP 561 markers

@@ -24,7 +24,7 @@ from ..training.target import TargetOutcome
 from ..training.trainer import NullReporter
 
 
-@dataclass
+@dataclass(repr=False)
 class Run:
     """A trained model: its parameters, shape and vocabulary, and what training recorded."""
 
@@ -40,6 +40,12 @@ class Run:
     backend: str = ""
     target: TargetOutcome | None = None  # with a target_loss: reached, steps_to_target, seconds_to_target
 
+    def __repr__(self) -> str:
+        # The dataclass repr would print every parameter; this says what the run is in one line.
+        val = f", val loss {self.val_loss:.4f}" if isinstance(self.val_loss, float) else ""
+        where = f", {str(self.run_dir)!r}" if self.run_dir is not None else ""
+        return f"Run({self.shape.describe()}, step {self.step:,}/{self.total_steps:,}{val}{where})"
+
     @property
     def train_loss(self) -> float | None:
         return self.metrics[-1].get("train_loss") if self.metrics else None
@@ -48,7 +54,7 @@ class Run:
     def val_loss(self) -> float | None:
         return self.metrics[-1].get("val_loss") if self.metrics else None
 
-    def sample(self, n: int = 10, temperature: float = 0.5, seed: int = 0, *, prefix: str = "",
+    def sample(self, n: int = 20, temperature: float = 0.5, seed: int = 0, *, prefix: str = "",
                max_len: int | None = None, unique: bool = False) -> list[str]:
         """n names (temperature 0: greedy); see eemicrogpt_core.model.sampling.generate."""
         return generate(self.params, self.shape, self.vocab, n, temperature, seed,
