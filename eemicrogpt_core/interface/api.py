@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -9,7 +12,8 @@ from typing import Any
 import numpy as np
 
 from ..backends.registry import load_registry
-from ..base.errors import ConfigError
+from ..base.atomic import atomic_write_text
+from ..base.errors import ConfigError, DataError
 from ..base.paths import user_path
 from ..data.names import clean_prefix
 from ..model.sampling import generate
@@ -22,6 +26,8 @@ from ..training.progress import RichReporter
 from ..training.rundir import RunDir
 from ..training.target import TargetOutcome
 from ..training.trainer import NullReporter
+
+ITEMS_FILE = "data.txt"  # train(data=[...]): the items, kept in the run directory
 
 
 @dataclass(repr=False)
@@ -84,8 +90,20 @@ class Run:
         return to_torch(self.params, self.shape)
 
 
-def train(config: str | Path | None = None, *, data: str | Path | None = None, backend: str | None = None,
-          progress: bool = True, **keys: Any) -> Run:
+def _items_text(items: Sequence[str]) -> str:
+    """The lines of a data file holding these items, which must be non-empty strings without line breaks."""
+    if not items:
+        raise DataError("data: the list of items is empty")
+    for i, item in enumerate(items):
+        if not isinstance(item, str):
+            raise DataError(f"data: item {i} is {type(item).__name__} {item!r}, not a string")
+        if not item.strip() or any(ch in item for ch in "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"):
+            raise DataError(f"data: item {i} ({item!r}) is blank or holds a line break; an item is one line")
+    return "".join(f"{item}\n" for item in items)
+
+
+def train(config: str | Path | None = None, *, data: str | Path | Sequence[str] | None = None,
+          backend: str | None = None, progress: bool = True, **keys: Any) -> Run:
     """Train as `eemicrogpt train` does and return the Run.
 
     keys are the config keys (d_model=16, steps=300, lr=..., out=..., n_layers=..., context=...), with the
@@ -93,10 +111,22 @@ def train(config: str | Path | None = None, *, data: str | Path | None = None, b
     argument > $EEMICROGPT_DATA > the config's data > the cached makemore names; backend: this argument >
     $EEMICROGPT_BACKEND > config > auto. A run directory is written (`out`, default runs/<time>-d<size>).
     progress: a progress bar and log lines (in a terminal or a notebook), or nothing.
+    data may also be a list of items (names, words): they are written, one a line, to data.txt in the run
+    directory, which the run then reads like any data file (so `--resume` finds it there).
     """
     cfg = load_config(config, keys, what="config")
     registry = load_registry()
-    plan = runs.plan_fresh(registry, cfg, backend=backend, data=str(data) if data is not None else None)
+    if isinstance(data, (list, tuple)):
+        text = _items_text(data)
+        with tempfile.TemporaryDirectory() as scratch:  # checked and prepared before the run directory exists
+            staged = Path(scratch) / ITEMS_FILE
+            staged.write_text(text, encoding="utf-8")
+            plan = runs.plan_fresh(registry, cfg, backend=backend, data=str(staged))
+        kept = plan.run_dir.path / ITEMS_FILE
+        atomic_write_text(kept, text)  # the same bytes, so the checkpoint's data fingerprint holds
+        plan.cfg = dataclasses.replace(plan.cfg, data=str(kept))
+    else:
+        plan = runs.plan_fresh(registry, cfg, backend=backend, data=str(data) if data is not None else None)
     cfg = plan.cfg
     result = runs.execute(plan, registry, RichReporter() if progress else NullReporter())
     return Run(result.state.params, result.shape, result.vocab, cfg, result.run_dir, int(result.state.step),
