@@ -90,3 +90,31 @@ def test_bad_lists_are_refused_before_anything_is_written(workdir: Path, items: 
     with pytest.raises(eemicrogpt.DataError, match=re.escape(message)):
         eemicrogpt.train(data=items, d_model=16, steps=10, out="bad", progress=False)
     assert not (workdir / "bad").exists()
+
+
+def test_train_keys_mirror_the_config_schema() -> None:
+    """TrainKeys (what an editor completes for train(**keys)) has every config key but data and backend, each
+    typed as the schema types it; a key with choices lists them."""
+    import typing
+
+    from eemicrogpt_core.interface.train_keys import TrainKeys
+    from eemicrogpt_core.training.config import FIELD_TYPES, SETTINGS
+
+    hints = typing.get_type_hints(TrainKeys)
+    assert list(hints) == [k for k in FIELD_TYPES if k not in ("data", "backend")]
+
+    def flat(hint: object) -> tuple[object, ...]:
+        args = typing.get_args(hint)
+        if typing.get_origin(hint) is typing.Literal:
+            return args
+        return tuple(a for arg in args for a in flat(arg)) if args else (hint,)
+
+    for key, hint in hints.items():
+        parts = flat(hint)
+        words = {p for p in parts if isinstance(p, str)}
+        types = {p for p in parts if not isinstance(p, str)} | ({str} if words else set())
+        setting = SETTINGS[key]
+        assert types == set(FIELD_TYPES[key]) | ({str} if setting.null_word else set()), key  # threads: "auto"
+        expected_words = set(setting.choices or ()) | ({setting.null_word} if setting.null_word else set())
+        if words or expected_words:
+            assert words == expected_words, key

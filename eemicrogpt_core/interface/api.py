@@ -7,7 +7,7 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -26,6 +26,10 @@ from ..training.progress import RichReporter
 from ..training.rundir import RunDir
 from ..training.target import TargetOutcome
 from ..training.trainer import NullReporter
+from .train_keys import TrainKeys
+
+if TYPE_CHECKING:  # typing.Unpack is 3.11+; only type checkers read the annotation
+    from typing_extensions import Unpack
 
 ITEMS_FILE = "data.txt"  # train(data=[...]): the items, kept in the run directory
 
@@ -103,7 +107,7 @@ def _items_text(items: Sequence[str]) -> str:
 
 
 def train(config: str | Path | None = None, *, data: str | Path | Sequence[str] | None = None,
-          backend: str | None = None, progress: bool = True, **keys: Any) -> Run:
+          backend: str | None = None, progress: bool = True, **keys: Unpack[TrainKeys]) -> Run:
     """Train as `eemicrogpt train` does and return the Run.
 
     keys are the config keys (d_model=16, steps=300, lr=..., out=..., n_layers=..., context=...), with the
@@ -114,7 +118,7 @@ def train(config: str | Path | None = None, *, data: str | Path | Sequence[str] 
     data may also be a list of items (names, words): they are written, one a line, to data.txt in the run
     directory, which the run then reads like any data file (so `--resume` finds it there).
     """
-    cfg = load_config(config, keys, what="config")
+    cfg = load_config(config, dict(keys), what="config")
     registry = load_registry()
     if isinstance(data, (list, tuple)):
         text = _items_text(data)
