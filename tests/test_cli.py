@@ -21,6 +21,7 @@ from eemicrogpt_core.backends.backend import BackendSpec, ProbeResult
 from eemicrogpt_core.backends.hookspec import hookimpl
 from eemicrogpt_core.backends.registry import load_registry
 from eemicrogpt_core.base.errors import ConfigError
+from eemicrogpt_core.base.shipped import shipped
 from eemicrogpt_core.data import datafile
 from eemicrogpt_core.interface import cli
 from eemicrogpt_core.training import config, runs
@@ -184,7 +185,7 @@ def test_env_backend_is_used_and_flag_wins(names_file: Path, tmp_path: Path) -> 
         ({"c.yaml": "d_model: [16\n"}, ["--config", "{tmp}/c.yaml"], ["c.yaml:", "malformed YAML"]),
         ({"c.yaml": "d_modle: 16\n"}, ["--config", "{tmp}/c.yaml"], ["unknown key 'd_modle'", "c.yaml"]),
         ({}, ["--config", "{tmp}/absent.yaml"], ["absent.yaml: no such file, and not a shipped config "
-                                                 "(shipped: d16, d32, d64, d128;"]),
+                                                 "(shipped: d16, d32, d64, d128"]),
         ({}, ["--config", "d24"], ["--config d24: no such file, and not a shipped config (shipped: d16, d32"]),
         ({}, ["--d-model", "30", "--n-heads", "4"], ["n_heads must divide d_model 30"]),
         ({}, ["--batch", "0"], ["batch must be >= 1"]),
@@ -232,8 +233,8 @@ def test_console_script_error_has_no_traceback(tmp_path: Path) -> None:
     )
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
-        f"eemicrogpt: error: --config {tmp_path}/absent.yaml: no such file, and not a shipped config (shipped: d16, "
-        "d32, d64, d128; `eemicrogpt configs` describes them)"]
+        f"eemicrogpt: error: --config {tmp_path}/absent.yaml: no such file, and not a shipped config (shipped: "
+        f"{', '.join(shipped('config'))}; `eemicrogpt configs` describes them)"]
 
 
 def test_unknown_backend_is_reported_before_any_download(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
