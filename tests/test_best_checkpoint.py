@@ -113,10 +113,14 @@ def test_cli_best_flags(names_file: Path, tmp_path: Path) -> None:
     assert sampled.exit_code == 0 and len(sampled.stdout.split()) == 3
     exported = runner.invoke(cli.app, ["export", str(out), "--best", "--out", str(tmp_path / "b.safetensors")])
     assert exported.exit_code == 0 and (tmp_path / "b.safetensors").is_file()
+    evaluated = runner.invoke(cli.app, ["eval", str(out), "--best", "--data", str(names_file)], env=env)
+    assert evaluated.exit_code == 0 and "loss " in evaluated.stdout, evaluated.output
     plain = tmp_path / "plain"
     assert runner.invoke(cli.app, ["train", *common, "--steps", "50", "--out", str(plain)], env=env).exit_code == 0
     refused = runner.invoke(cli.app, ["sample", str(plain), "--best"], env=env)
     assert refused.exit_code == 2
+    refused_eval = runner.invoke(cli.app, ["eval", str(plain), "--best", "--data", str(names_file)], env=env)
+    assert refused_eval.exit_code == 2 and refused_eval.stderr == refused.stderr
     assert refused.stderr.strip() == (f"eemicrogpt: error: {plain} has no best.npz: the run was trained without "
                                       "keep_best (train with --keep-best to keep the checkpoint of the lowest "
                                       "validation loss)")

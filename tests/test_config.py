@@ -1,4 +1,5 @@
-"""YAML configs: the built-in default and presets match configs/, and every bad value names key and file."""
+"""YAML configs: the built-in default and presets match the shipped dNN configs, and every bad value names key and
+file."""
 
 from __future__ import annotations
 

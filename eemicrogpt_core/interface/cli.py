@@ -169,8 +169,9 @@ def _summary(result: TrainResult, cfg: TrainConfig, console: Console) -> None:
         console.print(f"note: the machine was busy during this time-budget run ({c.slowdown:.2f}x the fastest "
                       f"warm-up step, load average {loads or 'unknown'} on {c.cpus} CPUs): its step count is "
                       "not a quiet machine's", highlight=False)
-    names = generate(result.state.params, result.shape, result.vocab, n=10, temperature=0.5, seed=cfg.seed)
-    console.print("samples: " + ", ".join(names), highlight=False)
+    if cfg.data_format == "lines":  # a text's continuation is not a list of samples
+        names = generate(result.state.params, result.shape, result.vocab, n=10, temperature=0.5, seed=cfg.seed)
+        console.print("samples: " + ", ".join(names), highlight=False)
     if result.run_dir is not None:
         console.print(f"run directory: {result.run_dir}", highlight=False)
 
@@ -272,6 +273,24 @@ def sample_cmd(
     except OSError as e:
         raise ConfigError(describe_os_error(e, "cannot write the samples")) from None
     print(f"wrote {len(names)} names to {target}")
+
+
+@app.command("eval")
+def eval_cmd(
+    run_dir: Annotated[Path, typer.Argument(help="a run directory written by `eemicrogpt train`")],
+    data: Annotated[Path, typer.Option(help="the file to evaluate on, in the run's format (a list, or a text)")],
+    backend: Annotated[str | None, typer.Option(help="backend name or 'auto' (default: $EEMICROGPT_BACKEND, else "
+                                                "the run's)")] = None,
+    best: Annotated[bool, typer.Option("--best", help=_BEST_HELP)] = False,
+) -> None:
+    """Mean loss of a trained run over a whole file: every name of a list, every character of a text."""
+    from ..training.evaluation import evaluate_file
+
+    ckpt = load_checkpoint(model_file(run_dir, best))
+    result = evaluate_file(load_registry(), ckpt, user_path(data, "--data"), backend)
+    per = "character" if result.unit == "characters" else "token"
+    print(f"{data}: loss {result.loss:.4f} nats, {result.bits:.4f} bits per {per} over {result.predictions:,} "
+          f"predictions ({result.items:,} {result.unit}; {result.backend})")
 
 
 @app.command("export")
@@ -382,8 +401,8 @@ def bench_cmd(
     d_model: Annotated[list[int] | None, typer.Option(help="sizes to run (repeatable; default 16 32 64 128)")] = None,
     batch_scaling: Annotated[bool, typer.Option("--batch-scaling", help="batch 1/16/64/256 on the best")] = False,
     loss_at: Annotated[
-        float | None, typer.Option(help="also: best loss within this many seconds per size (the seed's "
-                                   "bpc@1s; on the last --threads value)")
+        float | None, typer.Option(help="also: best loss within this many seconds of training per size "
+                                   "(EEmicroGPT's bpc@1s table; on the last --threads value)")
     ] = None,
     peak_gflops_: Annotated[
         float | None, typer.Option("--peak-gflops", help="one core's FP32 peak to compare against (default: "

@@ -21,6 +21,7 @@ class TrainKeys(TypedDict, total=False):
     warmup_steps: int
     min_lr: float
     seed: int
+    data_format: Literal["lines", "text"]
     drop_invalid: bool
     lowercase: bool
     val_fraction: float

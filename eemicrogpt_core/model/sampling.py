@@ -54,6 +54,8 @@ def generate(params: np.ndarray, shape: ModelShape, vocab: Vocabulary, n: int = 
     """n names sampled at this temperature (0: greedy; lower: more typical names), each starting with prefix
     and at most max_len characters long (default and upper bound: the context); the same seed gives the same
     names. unique: distinct names, fewer than n when the model does not produce that many."""
+    if not vocab.with_boundary:  # names end at the boundary token; a text has none to end a sample at
+        raise ConfigError("this model was trained on a text (data_format: text); sampling names needs a list run")
     if n < 1:
         raise ConfigError(f"number of samples must be >= 1, got {n}")
     if not (temperature >= 0 and np.isfinite(temperature)):

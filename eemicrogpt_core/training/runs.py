@@ -85,10 +85,10 @@ def plan_fresh(registry: BackendRegistry, cfg: TrainConfig, *, backend: str | No
     check_memory(cfg)
     check_installed(cfg)
     cfg = dataclasses.replace(cfg, backend=resolve_backend(backend, cfg.backend))
-    given = given_data_path(data, cfg.data)
-    if given is None:  # the makemore names: their vocabulary is known before the download, so check first
-        registry.select(cfg.backend, cfg.model_shape(NAMES_VOCAB), cfg.batch, cfg.dtype, cfg.precision)
-    cfg = dataclasses.replace(cfg, data=str(given or resolve_data_path(None, None)))
+    given = given_data_path(data, cfg.data, data_format=cfg.data_format)
+    if given is None and cfg.data_format == "lines":  # the makemore names: their vocabulary is known before the
+        registry.select(cfg.backend, cfg.model_shape(NAMES_VOCAB), cfg.batch, cfg.dtype, cfg.precision)  # download
+    cfg = dataclasses.replace(cfg, data=str(given or resolve_data_path(None, None, data_format=cfg.data_format)))
     prepared = prepare(cfg, None)
     # The data decides the vocabulary, and with it the shape a backend must run.
     registry.select(cfg.backend, cfg.model_shape(prepared.vocab.size), cfg.batch, cfg.dtype, cfg.precision)
@@ -156,7 +156,7 @@ def plan_resume(
 
 def execute(plan: RunPlan, registry: BackendRegistry, reporter: Reporter | None = None) -> TrainResult:
     """Claim the run directory (a second process training it stops here), train, release it. The sinks of
-    `log_to` get the run's records and, at the end, ten sampled names."""
+    `log_to` get the run's records and, at the end, ten sampled names (for a list; a text has no names)."""
     plan.run_dir.claim()
     try:
         sinks = open_sinks(plan.cfg, plan.run_dir.path)
@@ -164,7 +164,7 @@ def execute(plan: RunPlan, registry: BackendRegistry, reporter: Reporter | None 
             result = train(plan.cfg, registry, run_dir=plan.run_dir, resume=plan.resume,
                            reporter=SinkReporter(reporter or NullReporter(), sinks) if sinks else reporter,
                            data=plan.data, extend_to=plan.extend_to)
-            if sinks:
+            if sinks and result.vocab.with_boundary:  # names end at the boundary; a text run has none
                 names = generate(result.state.params, result.shape, result.vocab, n=SINK_SAMPLES, temperature=0.5,
                                  seed=plan.cfg.seed)
                 for sink in sinks:
