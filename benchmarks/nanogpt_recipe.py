@@ -39,7 +39,8 @@ loss of the evaluations within 60 s and 300 s of training.
 
     python benchmarks/nanogpt_recipe.py                       # the whole comparison: a few minutes of training
     python benchmarks/nanogpt_recipe.py --json > nanogpt.json
-    python benchmarks/nanogpt_recipe.py --smoke --data names.txt --emg-config configs/d16.yaml   # seconds
+    python benchmarks/nanogpt_recipe.py --smoke --data names.txt \
+        --emg-config eemicrogpt_core/configs/d16.yaml   # seconds
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = REPO.parent / "shared" / "data" / "tinyshakespeare.txt"
-DEFAULT_EMG_CONFIG = REPO / "configs" / "shakespeare_char_cpu.yaml"
+DEFAULT_EMG_CONFIG = REPO / "eemicrogpt_core" / "configs" / "shakespeare_char_cpu.yaml"  # the shipped config
 THRESHOLDS = (2.2, 2.0, 1.9, 1.88)
 BUDGETS = (60.0, 300.0)
 VAL_FRACTION = 0.1
@@ -604,7 +605,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                    help="PyTorch iterations, lr_decay_iters with them (default: the recipe's 2,000)")
     p.add_argument("--bias", action="store_true", help="biases in LayerNorms and Linears (GPTConfig's default)")
     p.add_argument("--emg-config", type=Path, default=DEFAULT_EMG_CONFIG,
-                   help="the eemicrogpt config (default: configs/shakespeare_char_cpu.yaml)")
+                   help="the eemicrogpt config (default: the shipped shakespeare_char_cpu)")
     p.add_argument("--emg-data", type=Path, default=None, help="eemicrogpt's data file (default: --data)")
     p.add_argument("--emg-log-every", type=int, default=100,
                    help="eemicrogpt steps between log lines, i.e. between the checkpoints it writes (100)")

@@ -32,8 +32,11 @@ step() {
 
 PIP=(.venv/bin/python -m pip install --disable-pip-version-check)
 step "pip, setuptools, wheel" "${PIP[@]}" --upgrade pip setuptools wheel
-# The plot and ray extras too: the tests exercise `eemicrogpt plot` and a real Ray cluster.
-step "eemicrogpt (core, editable, with test tools, plot and ray extras)" "${PIP[@]}" -e ".[test,plot,ray]"
+# The plot, ray, tensorboard, wandb and onnx extras too: the tests exercise `eemicrogpt plot`, a real Ray
+# cluster, `--log-to` (event files read back with TensorBoard's reader, a W&B offline run) and the ONNX export
+# (run by onnxruntime).
+step "eemicrogpt (core, editable, with test tools and the plot, ray, tensorboard, wandb and onnx extras)" \
+  "${PIP[@]}" -e ".[test,plot,ray,tensorboard,wandb,onnx]"
 # PyTorch for the export tests (Run.to_torch, --format torch). Pinned: 2.13.0 is the CPU build that lies on
 # this kind of machine's disk (pip's find-links); any other version, or an unpinned install, would download
 # a CUDA build of several GB from the index.

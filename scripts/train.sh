@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The main job: set up (see setup.sh), then train on the default config with the fastest backend here.
-# Extra arguments go to `eemicrogpt train` (e.g. --backend numpy_ref, --config configs/d64.yaml).
+# Extra arguments go to `eemicrogpt train` (e.g. --backend numpy_ref, --config d64; `eemicrogpt configs` lists the configs).
 # The names file: $EEMICROGPT_DATA if set, else the shared copy beside a checkout (../shared/data/names.txt)
 # if there is one, else eemicrogpt downloads makemore's names.txt once and verifies its sha256.
 set -euo pipefail

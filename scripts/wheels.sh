@@ -116,4 +116,9 @@ EOF
 "$EMG" train --steps 60 --log-every 30 --data "$DATA" --out "$WORK/run"
 "$EMG" sample "$WORK/run" -n 5 | tee "$WORK/samples.txt"
 [ "$(grep -c . "$WORK/samples.txt")" = 5 ] || fail "sample did not print 5 names"
+"$EMG" configs | tee "$WORK/configs.txt"
+for name in d16 d32 d64 d128 bpc1s bpc1s_steps pareto time_to_2; do
+  grep -q "^  $name " "$WORK/configs.txt" || fail "eemicrogpt configs does not list $name: the wheel lacks it"
+done
+"$EMG" train --config d16 --steps 30 --log-every 30 --data "$DATA" --out "$WORK/run-d16"
 echo "== wheels: built, installed from the wheelhouse alone and run"

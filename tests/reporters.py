@@ -14,3 +14,13 @@ class StopAt(NullReporter):
     def progress(self, step: int, total: int, train_loss: float) -> None:
         if step >= self.step:
             raise KeyboardInterrupt
+
+
+class Messages(NullReporter):
+    """Keeps the run's messages (stops, notes) for the test to read."""
+
+    def __init__(self) -> None:
+        self.messages: list[str] = []
+
+    def message(self, text: str) -> None:
+        self.messages.append(text)

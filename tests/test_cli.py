@@ -21,6 +21,7 @@ from eemicrogpt_core.backends.backend import BackendSpec, ProbeResult
 from eemicrogpt_core.backends.hookspec import hookimpl
 from eemicrogpt_core.backends.registry import load_registry
 from eemicrogpt_core.base.errors import ConfigError
+from eemicrogpt_core.base.shipped import shipped
 from eemicrogpt_core.data import datafile
 from eemicrogpt_core.interface import cli
 from eemicrogpt_core.training import config, runs
@@ -183,7 +184,9 @@ def test_env_backend_is_used_and_flag_wins(names_file: Path, tmp_path: Path) -> 
         ({"c.yaml": "context: 65\n"}, ["--config", "{tmp}/c.yaml"], ["context must be 1..64, got 65"]),
         ({"c.yaml": "d_model: [16\n"}, ["--config", "{tmp}/c.yaml"], ["c.yaml:", "malformed YAML"]),
         ({"c.yaml": "d_modle: 16\n"}, ["--config", "{tmp}/c.yaml"], ["unknown key 'd_modle'", "c.yaml"]),
-        ({}, ["--config", "{tmp}/absent.yaml"], ["config file not found"]),
+        ({}, ["--config", "{tmp}/absent.yaml"], ["absent.yaml: no such file, and not a shipped config "
+                                                 "(shipped: d16, d32, d64, d128"]),
+        ({}, ["--config", "d24"], ["--config d24: no such file, and not a shipped config (shipped: d16, d32"]),
         ({}, ["--d-model", "30", "--n-heads", "4"], ["n_heads must divide d_model 30"]),
         ({}, ["--batch", "0"], ["batch must be >= 1"]),
         ({}, ["--lr", "-1"], ["lr must be"]),
@@ -229,7 +232,9 @@ def test_console_script_error_has_no_traceback(tmp_path: Path) -> None:
         capture_output=True, text=True, timeout=60,
     )
     assert proc.returncode == 2
-    assert proc.stderr.strip().splitlines() == [f"eemicrogpt: error: config file not found: {tmp_path}/absent.yaml"]
+    assert proc.stderr.strip().splitlines() == [
+        f"eemicrogpt: error: --config {tmp_path}/absent.yaml: no such file, and not a shipped config (shipped: "
+        f"{', '.join(shipped('config'))}; `eemicrogpt configs` describes them)"]
 
 
 def test_unknown_backend_is_reported_before_any_download(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -306,7 +311,7 @@ def test_bad_values_of_the_new_keys(args: list[str], message: str, names_file: P
 def test_resume_refuses_new_shape_keys(trained: tuple[Path, Any]) -> None:
     out, _ = trained
     assert_one_line_error(run("train", "--resume", str(out), "--n-layers", "2", "--lowercase"),
-                          "drop --n-layers, --lowercase", "only --backend, --data, --threads may change")
+                          "drop --n-layers, --lowercase", "only --backend, --data, --log-to, --threads may change")
 
 
 def test_val_fraction_reaches_the_run(names_file: Path, tmp_path: Path) -> None:
@@ -376,3 +381,20 @@ def test_a_backend_refusing_the_shape_names_the_datas_vocabulary(monkeypatch: py
     assert_one_line_error(result, "backend 'fake_v27' cannot run this configuration",
                           "fake_v27 has no kernel for d64, 4 heads, 1 layer, vocab 34, context 16")
     assert not out.exists()
+
+
+def test_flags_read_as_flags_in_help() -> None:
+    for command in ("sample", "train", "export", "backends"):
+        result = run(command, "--help")
+        assert result.exit_code == 0
+        assert "<bool>" not in result.output, command
+    assert "--unique" in run("sample", "--help").output
+
+
+def test_a_value_after_a_flag_says_the_flag_takes_none(trained: tuple[Path, Any]) -> None:
+    out, _ = trained
+    result = run("sample", str(out), "--unique", "true")
+    assert_one_line_error(result, "unexpected extra argument", "--unique is a flag and takes no value: write "
+                          "--unique alone to set it")
+    other = run("sample", str(out), "--unique", "extra")
+    assert other.exit_code == 2 and "is a flag" not in other.stderr

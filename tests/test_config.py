@@ -1,4 +1,5 @@
-"""YAML configs: the built-in default and presets match configs/, and every bad value names key and file."""
+"""YAML configs: the built-in default and presets match the shipped dNN configs, and every bad value names key and
+file."""
 
 from __future__ import annotations
 
@@ -9,10 +10,11 @@ import pytest
 
 from eemicrogpt_core.base import abi
 from eemicrogpt_core.base.errors import ConfigError
+from eemicrogpt_core.base.shipped import SHIPPED_DIR
 from eemicrogpt_core.training import config as config_module
 from eemicrogpt_core.training.config import PRESETS, TrainConfig, load_config, preset, resolve_backend
 
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+CONFIGS = SHIPPED_DIR
 
 
 def test_builtin_default_is_configs_d64() -> None:
@@ -173,7 +175,7 @@ def test_malformed_yaml_names_file_and_line(tmp_path: Path) -> None:
 def test_non_mapping_and_missing_file(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="expected a mapping"):
         load_config(_write(tmp_path, "- 1\n- 2\n"))
-    with pytest.raises(ConfigError, match="config file not found"):
+    with pytest.raises(ConfigError, match=r"absent\.yaml: no such file, and not a shipped config"):
         load_config(tmp_path / "absent.yaml")
     assert load_config(_write(tmp_path, "# only a comment\n")) == TrainConfig()
 

@@ -88,15 +88,11 @@ def _torch_logits(torch: ModuleType, module: Any, tokens: np.ndarray) -> np.ndar
         return np.asarray(module(torch.from_numpy(tokens.astype(np.int64))).numpy(), dtype=np.float64)
 
 
-def _torch_greedy(torch: ModuleType, module: Any, vocab: Vocabulary, context: int) -> str:
-    """The most likely name under the torch module, token by token, as generate(temperature=0) decodes."""
-    seq = [vocab.boundary]
-    while len(seq) <= context:
-        nxt = int(_torch_logits(torch, module, np.array([seq]))[0, -1].argmax())
-        if nxt == vocab.boundary:
-            break
-        seq.append(nxt)
-    return vocab.decode(seq[1:])
+def _torch_greedy(module: Any, vocab: Vocabulary) -> str:
+    """The most likely name under the torch module, by torch_model.generate alone."""
+    from eemicrogpt_core.tools.torch_model import generate as torch_generate
+
+    return torch_generate(module, vocab, 1, temperature=0)[0]
 
 
 def _assert_greedy_matches(torch: ModuleType, module: Any, params: np.ndarray, shape: ModelShape,
@@ -108,7 +104,7 @@ def _assert_greedy_matches(torch: ModuleType, module: Any, params: np.ndarray, s
     top2 = np.sort(forward_logits(params, shape, tokens)[0], axis=1)[:, -2:]
     assert np.min(top2[:, 1] - top2[:, 0]) > 2 * LOGIT_TOL
     assert len(ours) >= 3  # a name, not an immediate boundary
-    assert _torch_greedy(torch, module, vocab, shape.context) == ours
+    assert _torch_greedy(module, vocab) == ours
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"d{s.d_model}h{s.n_heads}L{s.n_layers}V{s.vocab}C{s.context}")
@@ -157,7 +153,7 @@ def test_cli_exports_torch(torch: ModuleType, run: eemicrogpt.Run, tmp_path: Pat
     assert f"wrote {out} (torch)" in result.output
     module, vocab = load_export(out)
     assert vocab == run.vocab
-    assert _torch_greedy(torch, module, vocab, run.shape.context) == run.sample(1, temperature=0)[0]
+    assert _torch_greedy(module, vocab) == run.sample(1, temperature=0)[0]
 
 
 def test_load_export_refuses_a_foreign_file(torch: ModuleType, tmp_path: Path) -> None:
@@ -171,3 +167,17 @@ def test_load_export_refuses_a_foreign_file(torch: ModuleType, tmp_path: Path) -
     torch.save({"weights": torch.zeros(2)}, str(other))
     with pytest.raises(CheckpointError, match="is not an eemicrogpt torch export"):
         load_export(other)
+
+
+def test_torch_generate_samples_without_a_run(torch: ModuleType, run: eemicrogpt.Run, tmp_path: Path) -> None:
+    from eemicrogpt_core.tools.torch_model import generate as torch_generate
+    from eemicrogpt_core.tools.torch_model import load_export
+
+    module, vocab = load_export(run.export(tmp_path / "m.pt", format="torch"))
+    names = torch_generate(module, vocab, 30, temperature=1.0, seed=3, prefix="J", max_len=6)
+    assert len(names) == 30 and all(n.startswith("J") and len(n) <= 6 for n in names)
+    assert all(vocab.unknown(n) is None for n in names) and len(set(names)) > 1  # drawn, not one greedy name
+    assert torch_generate(module, vocab, 30, temperature=1.0, seed=3, prefix="J", max_len=6) == names
+    assert torch_generate(module, vocab, 30, temperature=1.0, seed=4, prefix="J", max_len=6) != names
+    with pytest.raises(eemicrogpt.ConfigError, match=r"max length must be 1\.\.12"):
+        torch_generate(module, vocab, 1, max_len=13)

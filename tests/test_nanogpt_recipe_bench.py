@@ -196,7 +196,8 @@ def test_smoke_run_of_both_sides(names_file: Path, tmp_path: Path) -> None:
     separate config) with its checkpoints caught and evaluated."""
     work = tmp_path / "work"
     done = subprocess.run([sys.executable, str(SCRIPT), "--smoke", "--json", "--quiet", "--threads", "1",
-                           "--data", str(names_file), "--emg-config", str(REPO / "configs" / "d16.yaml"),
+                           "--data", str(names_file), "--emg-config",
+                           str(REPO / "eemicrogpt_core" / "configs" / "d16.yaml"),
                            "--work", str(work)], capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
@@ -226,7 +227,7 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path: Path, names_file: Pa
     work.mkdir()
     (work / "keep.txt").write_text("x")
     done = subprocess.run([sys.executable, str(SCRIPT), "--smoke", "--data", str(names_file), "--emg-config",
-                           str(REPO / "configs" / "d16.yaml"), "--work", str(work)],
+                           str(REPO / "eemicrogpt_core" / "configs" / "d16.yaml"), "--work", str(work)],
                           capture_output=True, text=True, check=False)
     assert done.returncode == 2 and "exists; give a new directory" in done.stderr
     assert [p.name for p in work.iterdir()] == ["keep.txt"]

@@ -86,6 +86,20 @@ def test_loss_vs_lr_plots_the_mean_per_lr_per_size(sweep_dir: Path) -> None:
     assert xs == [0.003, 0.01, 0.03] and ys == pytest.approx([2.30, 2.22, 2.25])  # 2.22: mean of two seeds
     assert lines["d_model 32"] == ([0.003, 0.01], [2.40, 2.10])
     assert ax.get_xscale() == "log" and "learning rate" in ax.get_xlabel() and "loss" in ax.get_ylabel()
+    assert ax.get_title().endswith("(line: mean over seed)")  # the two d16 runs at lr 0.01 differ by seed
+
+
+def test_loss_vs_lr_names_every_key_it_averages_and_spaces_its_ticks(tmp_path: Path) -> None:
+    from eemicrogpt_core.tools.plot import loss_vs_lr
+
+    # Two heads counts per learning rate, and two learning rates 6% apart (a log-uniform draw can do that).
+    rows = [{"run_id": f"r{i}", "d_model": 16, "n_heads": h, "lr": lr, "status": "done", "val_loss": 2.0 + i / 100,
+             "train_s": 1.0} for i, (h, lr) in enumerate([(2, 0.002078), (4, 0.002078), (2, 0.002198), (4, 0.01)])]
+    ax = loss_vs_lr(rows, "s").axes[0]
+    assert ax.get_title() == "s: val loss vs learning rate per size (line: mean over n_heads)"
+    assert list(ax.xaxis.get_major_locator().tick_values(0, 1)) == [0.002078, 0.01]
+    lone = loss_vs_lr([dict(rows[0], run_id="x")], "t").axes[0]
+    assert lone.get_title().endswith("(line: joins the runs)")
 
 
 def test_heatmap_for_a_two_key_grid(sweep_dir: Path) -> None:

@@ -231,3 +231,14 @@ def test_tampered_metadata_loads_validly_or_is_refused(tmp_path: Path, valid_che
         for name, content in members.items():
             zf.writestr(name, content)
     _load_or_refuse(path)
+
+
+def test_a_header_numpy_cannot_tokenize_is_refused(tmp_path: Path, valid_checkpoint: bytes) -> None:
+    """A flipped byte that leaves a .npy header with an unterminated string (found by the test above)."""
+    raw = bytearray(valid_checkpoint)
+    at = raw.index(b"'shape'") + len(b"'shape'") - 1
+    raw[at] = ord("[")
+    path = tmp_path / "checkpoint.npz"
+    path.write_bytes(bytes(raw))
+    with pytest.raises(CheckpointError, match="unreadable checkpoint"):
+        load_checkpoint(path)

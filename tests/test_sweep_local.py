@@ -76,9 +76,28 @@ def test_sweep_runs_records_sorts_and_skips_finished_runs(tmp_path: Path, names_
     assert {rid: (out / "runs" / rid / "checkpoint.npz").stat().st_mtime_ns for rid in finished} == finished
     assert [r["run_id"] for r in records(out)][3:] == ["lr=1e+30"]  # only the failed run was retried
 
-    other = write_spec(tmp_path / "other.yaml", {"name": "tiny", "base": TINY, "grid": {"lr": [0.02]}, "steps": 60})
+    other = write_spec(tmp_path / "other.yaml", {"name": "tiny", "base": {**TINY, "eval_batches": 3},
+                                                 "grid": {"lr": [0.02]}, "steps": 60})
     clash = subprocess.run(sweep_cmd(other, out, names_file), capture_output=True, text=True, timeout=300)
-    assert clash.returncode == 2 and "different spec" in clash.stderr and len(clash.stderr.splitlines()) == 1
+    assert clash.returncode == 2 and len(clash.stderr.splitlines()) == 1
+    assert "different spec" in clash.stderr and "base eval_batches: 2 -> 3" in clash.stderr
+
+
+def test_a_grown_grid_runs_only_the_new_runs(tmp_path: Path, names_file: Path) -> None:
+    first = {"name": "grow", "base": TINY, "grid": {"lr": [0.01]}, "steps": 30}
+    out = tmp_path / "sw"
+    done = subprocess.run(sweep_cmd(write_spec(tmp_path / "a.yaml", first), out, names_file), capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    kept = (out / "runs" / "lr=0.01" / "checkpoint.npz").stat().st_mtime_ns
+    grown = write_spec(tmp_path / "b.yaml", {**first, "grid": {"lr": [0.01, 0.02]}})
+    again = subprocess.run(sweep_cmd(grown, out, names_file), capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "the grid changed since the last run" in again.stdout
+    assert "2 runs: 1 already finished (skipped), 1 to run" in again.stdout
+    assert (out / "runs" / "lr=0.01" / "checkpoint.npz").stat().st_mtime_ns == kept
+    assert [r["run_id"] for r in records(out)] == ["lr=0.01", "lr=0.02"]
+    assert yaml.safe_load((out / "spec.yaml").read_text())["grid"] == {"lr": [0.01, 0.02]}
 
 
 def test_ctrl_c_stops_every_run_resumably_and_rerun_resumes(tmp_path: Path, names_file: Path) -> None:

@@ -131,7 +131,7 @@ def test_runs_of_several_threads_get_workers_of_several_cores(cores: list[list[i
 
 
 def test_the_time_to_2_spec_covers_its_grid_with_a_cap_on_every_run() -> None:
-    spec = load_spec(Path(__file__).resolve().parents[1] / "configs" / "sweeps" / "time_to_2.yaml")
+    spec = load_spec("time_to_2")
     runs = expand(spec)
     assert len(runs) == 3 * 3 * 3 * 2 * 2
     configs = [r.config for r in runs]

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from reporters import StopAt
+from reporters import Messages, StopAt
 from typer.testing import CliRunner
 
 from eemicrogpt_core.backends.registry import BackendRegistry
@@ -19,20 +19,12 @@ from eemicrogpt_core.training.checkpoint import load_checkpoint, save_checkpoint
 from eemicrogpt_core.training.config import TrainConfig, build_config
 from eemicrogpt_core.training.rundir import RunDir
 from eemicrogpt_core.training.target import ROLLING, TargetReached, first_reached, running_means, seconds_within
-from eemicrogpt_core.training.trainer import NullReporter, train
+from eemicrogpt_core.training.trainer import train
 
 # d16 at lr 0.01 prints a train loss near 2.48 at step 100 and falls on from there, so 2.4 comes within a few
 # hundred steps; the cap of 600 leaves it room, and a test below checks that it did stop before the cap.
 TARGET = 2.4
 CAP = 600
-
-
-class Messages(NullReporter):
-    def __init__(self) -> None:
-        self.messages: list[str] = []
-
-    def message(self, text: str) -> None:
-        self.messages.append(text)
 
 
 @pytest.fixture(scope="module")

@@ -33,7 +33,7 @@ from eemicrogpt_core.training.rundir import RunDir
 from eemicrogpt_core.training.trainer import prepare_data, train
 
 RUNNER = CliRunner()
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+CONFIGS = Path(__file__).resolve().parents[1] / "eemicrogpt_core" / "configs"
 WORDS = ("the", "king", "shall", "not", "be", "gone", "to", "night", "my", "lord", "and", "yet", "I", "say", "so")
 TINY = ["--backend", "numpy_ref", "--d-model", "16", "--context", "8", "--batch", "4", "--steps", "20",
         "--log-every", "10", "--lr", "0.01"]

@@ -18,7 +18,7 @@ from eemicrogpt_core.backends.hookspec import hookimpl
 from eemicrogpt_core.backends.registry import BackendRegistry, load_registry
 from eemicrogpt_core.base.errors import BackendSelectionError, DataError
 from eemicrogpt_core.data.names import read_names
-from eemicrogpt_core.model.optim import lr_at
+from eemicrogpt_core.model.optim import LrSchedule
 from eemicrogpt_core.model.vocab import Vocabulary
 from eemicrogpt_core.training.checkpoint import load_checkpoint
 from eemicrogpt_core.training.config import TrainConfig
@@ -59,7 +59,7 @@ def test_short_run_learns_and_writes_a_run_dir(registry: BackendRegistry, cfg: T
     assert result.val_loss < UNIFORM_LOSS - 0.6
     records = run.read_metrics()
     assert [r["step"] for r in records] == [100, 200]
-    assert records[-1]["lr"] == pytest.approx(lr_at(200, 200, 0.01), abs=1e-9)
+    assert records[-1]["lr"] == pytest.approx(LrSchedule(0.01).at(200, 200), abs=1e-9)
     assert run.config_path.is_file() and run.checkpoint_path.is_file()
     assert load_checkpoint(run.checkpoint_path).state.step == 200
 
@@ -108,7 +108,7 @@ def test_time_budget_sets_the_schedule(registry: BackendRegistry, cfg: TrainConf
     budgeted = dataclasses.replace(cfg, steps=1, time_budget=0.3, log_every=10**6)
     result = train(budgeted, registry)
     assert result.total_steps > 10 and result.steps_run == result.total_steps
-    assert result.records[-1]["lr"] == pytest.approx(lr_at(result.total_steps, result.total_steps, cfg.lr))
+    assert result.records[-1]["lr"] == pytest.approx(LrSchedule(cfg.lr).at(result.total_steps, result.total_steps))
 
 
 def test_explicit_unavailable_backend_never_falls_back(registry: BackendRegistry, cfg: TrainConfig) -> None:

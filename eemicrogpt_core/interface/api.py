@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import dataclasses
+import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..backends.backend import TrainState
 from ..backends.registry import load_registry
-from ..base.errors import ConfigError
+from ..base.atomic import atomic_write_text
+from ..base.errors import ConfigError, DataError
 from ..base.paths import user_path
 from ..data.names import clean_prefix
 from ..model.sampling import generate
@@ -24,9 +28,15 @@ from ..training.progress import RichReporter
 from ..training.rundir import RunDir
 from ..training.target import TargetOutcome
 from ..training.trainer import NullReporter
+from .train_keys import TrainKeys
+
+if TYPE_CHECKING:  # typing.Unpack is 3.11+; only type checkers read the annotation
+    from typing_extensions import Unpack
+
+ITEMS_FILE = "data.txt"  # train(data=[...]): the items, kept in the run directory
 
 
-@dataclass
+@dataclass(repr=False)
 class Run:
     """A trained model: its parameters, shape and vocabulary, and what training recorded."""
 
@@ -42,6 +52,12 @@ class Run:
     backend: str = ""
     target: TargetOutcome | None = None  # with a target_loss: reached, steps_to_target, seconds_to_target
 
+    def __repr__(self) -> str:
+        # The dataclass repr would print every parameter; this says what the run is in one line.
+        val = f", val loss {self.val_loss:.4f}" if isinstance(self.val_loss, float) else ""
+        where = f", {str(self.run_dir)!r}" if self.run_dir is not None else ""
+        return f"Run({self.shape.describe()}, step {self.step:,}/{self.total_steps:,}{val}{where})"
+
     @property
     def train_loss(self) -> float | None:
         return self.metrics[-1].get("train_loss") if self.metrics else None
@@ -50,7 +66,7 @@ class Run:
     def val_loss(self) -> float | None:
         return self.metrics[-1].get("val_loss") if self.metrics else None
 
-    def sample(self, n: int = 10, temperature: float = 0.5, seed: int = 0, *, prefix: str = "",
+    def sample(self, n: int = 20, temperature: float = 0.5, seed: int = 0, *, prefix: str = "",
                max_len: int | None = None, unique: bool = False) -> list[str]:
         """n names (temperature 0: greedy); see eemicrogpt_core.model.sampling.generate."""
         return generate(self.params, self.shape, self.vocab, n, temperature, seed,
@@ -90,8 +106,20 @@ class Run:
         return to_torch(self.params, self.shape)
 
 
-def train(config: str | Path | None = None, *, data: str | Path | None = None, backend: str | None = None,
-          progress: bool = True, **keys: Any) -> Run:
+def _items_text(items: Sequence[str]) -> str:
+    """The lines of a data file holding these items, which must be non-empty strings without line breaks."""
+    if not items:
+        raise DataError("data: the list of items is empty")
+    for i, item in enumerate(items):
+        if not isinstance(item, str):
+            raise DataError(f"data: item {i} is {type(item).__name__} {item!r}, not a string")
+        if not item.strip() or any(ch in item for ch in "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"):
+            raise DataError(f"data: item {i} ({item!r}) is blank or holds a line break; an item is one line")
+    return "".join(f"{item}\n" for item in items)
+
+
+def train(config: str | Path | None = None, *, data: str | Path | Sequence[str] | None = None,
+          backend: str | None = None, progress: bool = True, **keys: Unpack[TrainKeys]) -> Run:
     """Train as `eemicrogpt train` does and return the Run.
 
     keys are the config keys (d_model=16, steps=300, lr=..., out=..., n_layers=..., context=...), with the
@@ -99,20 +127,33 @@ def train(config: str | Path | None = None, *, data: str | Path | None = None, b
     argument > $EEMICROGPT_DATA > the config's data > the cached makemore names; backend: this argument >
     $EEMICROGPT_BACKEND > config > auto. A run directory is written (`out`, default runs/<time>-d<size>).
     progress: a progress bar and log lines (in a terminal or a notebook), or nothing.
+    data may also be a list of items (names, words): they are written, one a line, to data.txt in the run
+    directory, which the run then reads like any data file (so `--resume` finds it there).
     """
-    cfg = load_config(user_path(config, "config") if config is not None else None, keys)
+    cfg = load_config(config, dict(keys), what="config")
     registry = load_registry()
-    plan = runs.plan_fresh(registry, cfg, backend=backend, data=str(data) if data is not None else None)
+    if isinstance(data, (list, tuple)):
+        text = _items_text(data)
+        with tempfile.TemporaryDirectory() as scratch:  # checked and prepared before the run directory exists
+            staged = Path(scratch) / ITEMS_FILE
+            staged.write_text(text, encoding="utf-8")
+            plan = runs.plan_fresh(registry, cfg, backend=backend, data=str(staged))
+        kept = plan.run_dir.path / ITEMS_FILE
+        atomic_write_text(kept, text)  # the same bytes, so the checkpoint's data fingerprint holds
+        plan.cfg = dataclasses.replace(plan.cfg, data=str(kept))
+    else:
+        plan = runs.plan_fresh(registry, cfg, backend=backend, data=str(data) if data is not None else None)
     cfg = plan.cfg
     result = runs.execute(plan, registry, RichReporter() if progress else NullReporter())
     return Run(result.state.params, result.shape, result.vocab, cfg, result.run_dir, int(result.state.step),
                result.total_steps, list(result.records), result.losses, result.backend, result.target)
 
 
-def load(run_dir: str | Path) -> Run:
-    """The run in a directory `eemicrogpt train` (or train() above) wrote: its last checkpoint and metrics."""
+def load(run_dir: str | Path, best: bool = False) -> Run:
+    """The run in a directory `eemicrogpt train` (or train() above) wrote: its last checkpoint and metrics, or
+    with best=True its best.npz (the lowest validation loss of a run trained with keep_best)."""
     run = RunDir.existing(run_dir)
-    ckpt = load_checkpoint(run.checkpoint_path)
+    ckpt = load_checkpoint(run.model_file(best))
     target_loss = ckpt.config.target_loss
     target = TargetOutcome.of(target_loss, ckpt.target_reached) if target_loss is not None else None
     return Run(ckpt.state.params, ckpt.shape, ckpt.vocab, ckpt.config, run.path, int(ckpt.state.step),

@@ -6,6 +6,7 @@ User errors (EemicrogptError) and bad usage print one line on stderr and exit 2;
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import math
 import signal
@@ -23,6 +24,7 @@ from ..backends.precision import FP32, PRECISIONS
 from ..backends.registry import BackendRegistry, load_registry, peak_gflops
 from ..base.errors import ConfigError, EemicrogptError, describe_os_error
 from ..base.paths import user_path
+from ..base.shipped import description, shipped
 from ..data.datafile import resolve_data_path
 from ..data.names import clean_prefix, encode, read_names, split
 from ..model.sampling import generate
@@ -33,7 +35,7 @@ from ..training import runs
 from ..training.checkpoint import load_checkpoint
 from ..training.config import MAX_D_MODEL, SETTINGS, TrainConfig, load_config
 from ..training.progress import RichReporter
-from ..training.rundir import RunDir
+from ..training.rundir import BEST_NAME, model_file
 from ..training.trainer import PreparedData, TrainResult
 from .config_options import flag_of, with_config_options
 from .versions import version_report
@@ -50,8 +52,37 @@ def _fail(message: str, code: int = EXIT_USER_ERROR) -> int:
     return code
 
 
+def _flags_read_as_flags(params: list[Any]) -> list[Any]:
+    """Options that take no value (--unique, --help) get an empty metavar: typer would otherwise show their
+    type, `<bool>`, as if they took one."""
+    for param in params:
+        if getattr(param, "is_flag", False) and getattr(param, "metavar", "") is None:
+            param.metavar = ""
+    return params
+
+
+def _flag_value_hint(message: str, args: list[str] | None) -> str:
+    """`--unique true`: say that a flag takes no value (click only calls `true` an unexpected argument)."""
+    if "extra argument" not in message:
+        return ""
+    words = list(args if args is not None else sys.argv[1:])
+    for before, word in itertools.pairwise(words):
+        if before.startswith("--") and "=" not in before and word.lower() in ("true", "false"):
+            return f"; {before} is a flag and takes no value: write {before} alone to set it"
+    return ""
+
+
 class OneLineErrors(TyperGroup):
     """Turns user errors and usage errors into a single stderr line instead of a traceback or a panel."""
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        return _flags_read_as_flags(super().get_params(ctx))
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        command = super().get_command(ctx, cmd_name)
+        if command is not None:
+            _flags_read_as_flags(command.get_params(ctx))
+        return command
 
     def main(  # type: ignore[override]
         self,
@@ -82,7 +113,8 @@ class OneLineErrors(TyperGroup):
                 code = 0
             else:
                 where = ctx.command_path if ctx is not None else "eemicrogpt"
-                code = _fail(f"{where}: {e.format_message()} (see {where} --help)", e.exit_code)
+                message = e.format_message()
+                code = _fail(f"{where}: {message}{_flag_value_hint(message, args)} (see {where} --help)", e.exit_code)
         if standalone_mode:
             sys.exit(code)
         return code
@@ -115,6 +147,7 @@ def main(
 
 _BACKEND_HELP = SETTINGS["backend"].help
 _DATA_HELP = SETTINGS["data"].help
+_BEST_HELP = "use best.npz, the checkpoint of the lowest validation loss (a run trained with --keep-best)"
 
 
 def _summary(result: TrainResult, cfg: TrainConfig, console: Console) -> None:
@@ -127,6 +160,9 @@ def _summary(result: TrainResult, cfg: TrainConfig, console: Console) -> None:
     )
     if result.target is not None:
         console.print(f"target: {result.target.describe()}", highlight=False)
+    if result.best is not None and result.best.val_loss is not None:
+        kept = f" (kept in {result.run_dir / BEST_NAME})" if cfg.keep_best and result.run_dir is not None else ""
+        console.print(f"{result.best.describe()}{kept}", highlight=False)
     c = result.contention
     if c is not None and c.contended:
         loads = ", ".join(f"{x:.1f}" for x in (c.load_start, c.load_end) if x is not None)
@@ -144,7 +180,8 @@ def _summary(result: TrainResult, cfg: TrainConfig, console: Console) -> None:
 @with_config_options
 def train_cmd(
     config: Annotated[
-        Path | None, typer.Option("--config", "-c", help="YAML config (default: built in, equal to configs/d64.yaml)")
+        str | None, typer.Option("--config", "-c", help="YAML config: a path or a shipped config's name (d16; "
+                                 "`eemicrogpt configs` lists them); default: built in, equal to d64")
     ] = None,
     resume: Annotated[Path | None, typer.Option(help="continue the run in this directory exactly")] = None,
     allow_data_change: Annotated[
@@ -186,7 +223,7 @@ def train_cmd(
     else:
         if allow_data_change:
             raise ConfigError("--allow-data-change only applies with --resume")
-        cfg = load_config(user_path(config, "--config") if config else None, overrides)
+        cfg = load_config(config, overrides)
         plan = runs.plan_fresh(registry, cfg, backend=backend, data=data)
     cfg = plan.cfg
     result = runs.execute(plan, registry, RichReporter(console))
@@ -211,6 +248,7 @@ def sample_cmd(
     unique: Annotated[bool, typer.Option("--unique", help="distinct names only (fewer when the model has "
                                          "fewer to give)")] = False,
     out: Annotated[Path | None, typer.Option(help="write the names to this new file (never overwritten)")] = None,
+    best: Annotated[bool, typer.Option("--best", help=_BEST_HELP)] = False,
 ) -> None:
     """Generate names from a trained run."""
     if not 1 <= n <= MAX_SAMPLES:
@@ -222,7 +260,7 @@ def sample_cmd(
     target = user_path(out, "--out") if out is not None else None
     if target is not None and (target.exists() or target.is_symlink()):
         raise ConfigError(f"--out {target} already exists; choose a new file (samples never overwrite one)")
-    ckpt = load_checkpoint(RunDir.existing(run_dir).checkpoint_path)
+    ckpt = load_checkpoint(model_file(run_dir, best))
     names = generate(ckpt.state.params, ckpt.shape, ckpt.vocab, n=n, temperature=temperature, seed=seed,
                      prefix=clean_prefix(prefix, ckpt.config.lowercase), max_len=max_len, unique=unique)
     if target is None:
@@ -243,11 +281,12 @@ def eval_cmd(
     data: Annotated[Path, typer.Option(help="the file to evaluate on, in the run's format (a list, or a text)")],
     backend: Annotated[str | None, typer.Option(help="backend name or 'auto' (default: $EEMICROGPT_BACKEND, else "
                                                 "the run's)")] = None,
+    best: Annotated[bool, typer.Option("--best", help=_BEST_HELP)] = False,
 ) -> None:
     """Mean loss of a trained run over a whole file: every name of a list, every character of a text."""
     from ..training.evaluation import evaluate_file
 
-    ckpt = load_checkpoint(RunDir.existing(run_dir).checkpoint_path)
+    ckpt = load_checkpoint(model_file(run_dir, best))
     result = evaluate_file(load_registry(), ckpt, user_path(data, "--data"), backend)
     per = "character" if result.unit == "characters" else "token"
     print(f"{data}: loss {result.loss:.4f} nats, {result.bits:.4f} bits per {per} over {result.predictions:,} "
@@ -259,13 +298,15 @@ def export_cmd(
     run_dir: Annotated[Path, typer.Argument(help="a run directory written by `eemicrogpt train`")],
     out: Annotated[Path, typer.Option(help="the new file to write (never overwritten)")],
     format: Annotated[str, typer.Option(help="safetensors (tensors by name, shape/config/vocabulary in the "
-                                        "metadata) or torch (a state dict for eemicrogpt_core.tools.torch_model)")]
+                                        "metadata), torch (a state dict for eemicrogpt_core.tools.torch_model) or "
+                                        "onnx (next-token logits for token prefixes, vocabulary in the metadata)")]
     = "safetensors",
+    best: Annotated[bool, typer.Option("--best", help=_BEST_HELP)] = False,
 ) -> None:
     """Write a run's weights for use elsewhere."""
     from .api import load
 
-    path = load(run_dir).export(out, format)
+    path = load(run_dir, best=best).export(out, format)
     print(f"wrote {path} ({format})")
 
 
@@ -482,7 +523,8 @@ def _exit_if_failed(rows: list[bench.BenchRow | bench.LossRow], console: Console
 
 @app.command("sweep")
 def sweep_cmd(
-    spec: Annotated[Path, typer.Argument(help="sweep spec (YAML: base, grid, random, seeds, steps/time_budget)")],
+    spec: Annotated[str, typer.Argument(help="sweep spec: a YAML file (base, grid, random, seeds, steps/time_budget) "
+                                        "or a shipped spec's name (time_to_2; `eemicrogpt configs` lists them)")],
     out: Annotated[Path | None, typer.Option(help="sweep directory (default sweeps/<spec name>)")] = None,
     executor: Annotated[str, typer.Option(help="local (worker processes, one per physical core) or ray")] = "local",
     address: Annotated[str | None, typer.Option(help="Ray cluster address (default: $RAY_ADDRESS or auto)")] = None,
@@ -501,6 +543,17 @@ def sweep_cmd(
         raise typer.Exit(128 + signal.SIGINT)  # the shell convention for Ctrl-C, as train uses
     if outcome.failed:
         raise typer.Exit(1)  # the runs' one-line errors are in the table and in results.jsonl
+
+
+@app.command("configs")
+def configs_cmd() -> None:
+    """List the configs and sweep specs shipped with eemicrogpt, usable by name (--config d16, sweep time_to_2)."""
+    for kind, usage in (("config", "eemicrogpt train --config NAME"), ("sweep", "eemicrogpt sweep NAME")):
+        files = shipped(kind)
+        print(f"{kind}s ({usage}):")
+        width = max(map(len, files), default=0)
+        for name, path in files.items():
+            print(f"  {name:<{width}}  {description(path)}")
 
 
 @app.command("plot")

@@ -1,6 +1,13 @@
-"""Adam and the learning-rate schedule: the specification every backend reproduces."""
+"""Adam and the learning-rate schedule: the specification every backend reproduces.
+
+The schedule lives here, in Python: the trainer hands each backend one learning rate per step (a float32
+array), so a new schedule needs nothing from the native code.
+"""
 
 from __future__ import annotations
+
+import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -8,16 +15,52 @@ ADAM_BETA1 = 0.85
 ADAM_BETA2 = 0.99
 ADAM_EPS = 1e-8
 
+LR_SCHEDULES = ("linear", "cosine")
 
-def lr_at(step: int, total_steps: int, lr0: float) -> float:
-    """Linear decay to zero; step is 1-based: lr_1 = lr0, lr_{N+1} would be 0."""
-    return lr0 * (1.0 - (step - 1) / total_steps)
+
+@dataclass(frozen=True)
+class LrSchedule:
+    """Warm-up, then decay from `lr` towards `min_lr` over the remaining steps.
+
+    Steps are 1-based. Steps 1..warmup_steps ramp linearly: step s uses lr * s / warmup_steps. The decay
+    runs over the steps after the warm-up: with p = (s - 1 - warmup_steps) / (total - warmup_steps),
+    linear uses min_lr + (lr - min_lr) * (1 - p) and cosine min_lr + (lr - min_lr) * (1 + cos(pi p)) / 2, so
+    the first decay step uses lr and step total + 1 would use min_lr. With no warm-up and min_lr 0, linear is
+    lr * (1 - (s - 1) / total), the schedule this model has always used, to the bit.
+    """
+
+    lr: float
+    kind: str = "linear"
+    warmup_steps: int = 0
+    min_lr: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.kind not in LR_SCHEDULES:
+            raise ValueError(f"lr schedule must be one of {', '.join(LR_SCHEDULES)}, got {self.kind!r}")
+
+    def rates(self, first_step: int, n: int, total_steps: int) -> np.ndarray:
+        """Learning rates for steps first_step .. first_step + n - 1 (1-based) as float32."""
+        steps = np.arange(first_step, first_step + n, dtype=np.float64)
+        p = (steps - 1 - self.warmup_steps) / max(total_steps - self.warmup_steps, 1)
+        factor = 1.0 - p if self.kind == "linear" else 0.5 * (1.0 + np.cos(math.pi * p))
+        lrs = self.min_lr + (self.lr - self.min_lr) * factor
+        if self.warmup_steps:
+            warm = steps <= self.warmup_steps
+            lrs[warm] = self.lr * steps[warm] / self.warmup_steps
+        return lrs.astype(np.float32)
+
+    def at(self, step: int, total_steps: int) -> float:
+        """The rate of one step (as the backend receives it: float32)."""
+        return float(self.rates(step, 1, total_steps)[0])
+
+    def describe(self) -> str:
+        warm = f"{self.warmup_steps:,} warm-up steps, then " if self.warmup_steps else ""
+        return f"{warm}{self.kind} decay to {self.min_lr:g}"
 
 
 def lr_schedule(first_step: int, n: int, total_steps: int, lr0: float) -> np.ndarray:
-    """Learning rates for steps first_step .. first_step + n - 1 (1-based) as float32."""
-    steps = np.arange(first_step, first_step + n, dtype=np.float64)
-    return (lr0 * (1.0 - (steps - 1) / total_steps)).astype(np.float32)
+    """The default schedule (linear decay to zero, no warm-up) for steps first_step .. first_step + n - 1."""
+    return LrSchedule(lr0).rates(first_step, n, total_steps)
 
 
 def adam_update(

@@ -52,7 +52,7 @@ def results_table(outcome: SweepOutcome, varied_keys: list[str]) -> Table:
     return table
 
 
-def sweep_command(spec_path: Path, *, out: Path | None, executor: str, address: str | None, workers: int | None,
+def sweep_command(spec_path: str | Path, *, out: Path | None, executor: str, address: str | None, workers: int | None,
                   backend: str | None, data: str | None, console: Console) -> SweepOutcome:
     if executor not in EXECUTORS:
         raise ConfigError(f"--executor must be one of {', '.join(EXECUTORS)}, got {executor!r}")

@@ -1,7 +1,8 @@
 """Runs a sweep: checks everything up front, lays out the sweep directory, feeds an executor, records results.
 
 Sweep directory:
-    spec.yaml        the resolved spec (a re-run with a different spec into the same directory is refused)
+    spec.yaml        the resolved spec; a re-run may change the grid and the seeds (runs already finished keep
+                     their results, new ones run), while a different base, name or random section is refused
     results.jsonl    one record per finished, failed or interrupted run (the last record of a run wins)
     results.csv      the latest record of every run, sorted by val loss
     runs/<run id>/   ordinary run directories (config.yaml, metrics.jsonl, checkpoint.npz)
@@ -119,8 +120,31 @@ def skipped_note(runs: list[Run], unavailable: dict[str, str]) -> list[str]:
             f"(e.g. {group[0].run_id}: {unavailable[group[0].run_id]})" for precision, group in by_precision.items()]
 
 
-def open_sweep_dir(sweep_dir: Path, spec: SweepSpec) -> None:
-    """Create the directory with spec.yaml, or check that an existing one was made by the same spec."""
+REGROWABLE = ("grid", "seeds")  # what a re-run may change: a run's id names its varied values, so a run
+# that keeps its id under the same base has the same configuration and its finished result stands
+
+
+def spec_conflict(saved: Any, new: dict[str, Any]) -> str | None:
+    """Why runs of the saved spec cannot be reused under the new one (None: only the grid or seeds differ)."""
+    if not isinstance(saved, dict):
+        return "the saved spec is not a mapping"
+    problems = []
+    for key in dict.fromkeys([*saved, *new]):
+        if key in REGROWABLE or saved.get(key) == new.get(key):
+            continue
+        if key == "base" and isinstance(saved.get(key), dict) and isinstance(new.get(key), dict):
+            old, now = saved[key], new[key]
+            problems += [f"base {k}: {old.get(k, '(unset)')!r} -> {now.get(k, '(unset)')!r}"
+                         for k in dict.fromkeys([*old, *now]) if old.get(k) != now.get(k)]
+        else:
+            problems.append(f"{key}: {saved.get(key, '(unset)')!r} -> {new.get(key, '(unset)')!r}")
+    return "; ".join(problems) or None
+
+
+def open_sweep_dir(sweep_dir: Path, spec: SweepSpec) -> str | None:
+    """Create the directory with spec.yaml, or check an existing one against the spec. A spec that differs
+    only in its grid or seeds replaces the saved one (what is said about it is returned); any other
+    difference is refused, naming it."""
     text = yaml.safe_dump(spec.resolved(), sort_keys=False)
     path = sweep_dir / SPEC_NAME
     if path.is_file():
@@ -130,13 +154,21 @@ def open_sweep_dir(sweep_dir: Path, spec: SweepSpec) -> None:
             reason = " ".join(str(e).split())
             raise ConfigError(f"{path} is damaged ({reason}); restore it, or move that directory away to start the "
                               "sweep afresh") from None
-        if saved != yaml.safe_load(text):
-            raise ConfigError(f"{sweep_dir} holds a sweep made from a different spec ({path}); pick another --out "
-                              "or remove that directory")
-        return
+        new = yaml.safe_load(text)
+        if saved == new:
+            return None
+        conflict = spec_conflict(saved, new)
+        if conflict is not None:
+            raise ConfigError(f"{sweep_dir} holds a sweep made from a different spec ({path}): {conflict}; its runs "
+                              "would not be this spec's: pick another --out or remove that directory")
+        atomic_write_text(path, text)
+        changed = " and ".join(key for key in REGROWABLE if saved.get(key) != new.get(key))
+        return (f"the {changed} changed since the last run into {sweep_dir}: finished runs the spec still has keep "
+                "their results, the new ones run")
     if not_a_sweep_dir(sweep_dir):
         raise ConfigError(f"--out {sweep_dir} exists and is not a sweep directory (no {SPEC_NAME})")
     atomic_write_text(path, text)
+    return None
 
 
 def not_a_sweep_dir(sweep_dir: Path) -> bool:
@@ -146,9 +178,10 @@ def not_a_sweep_dir(sweep_dir: Path) -> bool:
     return not sweep_dir.is_dir() or any(p.name != LOCK_NAME for p in sweep_dir.iterdir())
 
 
-def claim_sweep_dir(sweep_dir: Path, spec: SweepSpec) -> int | None:
+def claim_sweep_dir(sweep_dir: Path, spec: SweepSpec) -> tuple[int | None, str | None]:
     """Create or check the sweep directory and hold its lock: a second sweep into it is refused until this one
-    exits (two would each record the other's runs as failed). Returns the descriptor holding the lock."""
+    exits (two would each record the other's runs as failed). Returns the descriptor holding the lock and
+    open_sweep_dir's note."""
     if not_a_sweep_dir(sweep_dir):
         raise ConfigError(f"--out {sweep_dir} exists and is not a sweep directory (no {SPEC_NAME})")
     try:
@@ -158,14 +191,14 @@ def claim_sweep_dir(sweep_dir: Path, spec: SweepSpec) -> int | None:
     fd = lock_directory(sweep_dir, f"{sweep_dir} is in use by another eemicrogpt sweep; wait for it to finish "
                                    "or choose another --out", ConfigError)
     try:
-        open_sweep_dir(sweep_dir, spec)
+        note = open_sweep_dir(sweep_dir, spec)
     except BaseException:
         if fd is not None:
             os.close(fd)
         raise
     if fd is not None:
         remove_stale_temporaries(sweep_dir, (SPEC_NAME, CSV_NAME))
-    return fd
+    return fd, note
 
 
 def recorded_done(store: ResultStore, sweep_dir: Path, run_id: str) -> bool:
@@ -186,7 +219,9 @@ def run_sweep(spec: SweepSpec, runs: list[Run], sweep_dir: Path, executor: Execu
               progress: SweepProgress, unavailable: dict[str, str] | None = None) -> SweepOutcome:
     """Run every unfinished run but the unavailable ones (recorded with their reason, see check_backends);
     Ctrl-C stops them at a chunk boundary with a checkpoint each."""
-    lock = claim_sweep_dir(sweep_dir, spec)
+    lock, note = claim_sweep_dir(sweep_dir, spec)
+    if note is not None:
+        progress.note(note)
     try:
         return _run_claimed(spec, runs, sweep_dir, executor, progress, unavailable or {})
     finally:

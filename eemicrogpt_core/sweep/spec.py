@@ -37,6 +37,7 @@ import numpy as np
 import yaml
 
 from ..base.errors import ConfigError
+from ..base.shipped import find
 from ..training.config import KEYS, TrainConfig, build_config, read_yaml
 
 TOP_KEYS = ("name", "base", "grid", "random", "seeds", "steps", "time_budget")
@@ -281,7 +282,8 @@ def check_run_count(spec: SweepSpec) -> None:
 
 
 def load_spec(path: str | Path) -> SweepSpec:
-    path = Path(path)
+    """The spec in a file, or the shipped spec of that name (time_to_2)."""
+    path = find(path, "sweep", "sweep spec")
     return parse_spec(read_yaml(path), str(path), default_name=path.stem)
 
 

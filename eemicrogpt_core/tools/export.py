@@ -1,10 +1,11 @@
-"""Export a trained model for use elsewhere: safetensors (tensors by name) or a PyTorch file.
+"""Export a trained model for use elsewhere: safetensors (tensors by name), a PyTorch file or an ONNX graph.
 
 safetensors: every tensor under its layout name (tok_emb, pos_emb, layers.0.Wq, ..., Wlm), float32, row-major
 W[out][in]; the metadata holds "eemicrogpt.shape" and "eemicrogpt.config" (JSON) and "eemicrogpt.symbols"
 (a JSON list: token i is symbols[i]; for a list run the boundary is the last token, len(symbols), and a text
 run, data_format text in the config, has none). torch: torch.save of
 {"state_dict", "shape", "symbols"}; eemicrogpt_core.tools.torch_model.load_export rebuilds the module from it.
+onnx: the forward pass as an ONNX graph with the same metadata (onnx_model.py), for onnxruntime and friends.
 
 Files are created new (O_EXCL): an existing file is never replaced.
 """
@@ -22,7 +23,7 @@ import numpy as np
 from ..base.errors import ConfigError, StorageError, describe_os_error
 from ..model.shape import ModelShape, views
 
-FORMATS = ("safetensors", "torch")
+FORMATS = ("safetensors", "torch", "onnx")
 METADATA_PREFIX = "eemicrogpt."
 
 
@@ -80,6 +81,10 @@ def export_run(run: Any, path: Path, format: str) -> Path:
     symbols = run.vocab.symbols
     if format == "safetensors":
         data = safetensors_bytes(run.params, run.shape, symbols, run.config.to_dict())
+    elif format == "onnx":
+        from .onnx_model import onnx_bytes
+
+        data = onnx_bytes(run.params, run.shape, symbols, run.config.to_dict())
     else:
         data = torch_bytes(run.params, run.shape, symbols)
     write_new_file(path, data)

@@ -28,6 +28,7 @@ from ..base.errors import ConfigError, EemicrogptError
 from ..sweep.driver import RUNS_DIR, SPEC_NAME
 from ..sweep.results import JSONL_NAME, finite, has_target, reached, read_results
 from ..sweep.runner import DONE
+from ..training.config import KEYS
 from ..training.rundir import CONFIG_NAME, METRICS_NAME, RunDir
 
 FORMATS = ("png", "svg")
@@ -53,6 +54,28 @@ def _plain_log(axis: Any, ticks: list[float] | None = None) -> None:
     axis.set_major_locator(FixedLocator(ticks) if ticks else LogLocator(subs=(1.0, 2.0, 5.0)))
     axis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
     axis.set_minor_formatter(NullFormatter())
+
+
+MIN_TICK_RATIO = 1.25  # log-axis ticks closer than this (0.1 decade) would print over each other
+
+
+def _spread(ticks: list[float], min_ratio: float = MIN_TICK_RATIO) -> list[float]:
+    """Sorted positive ticks without those too close to the previous one kept (0.002078 beside 0.002198)."""
+    kept: list[float] = []
+    for tick in sorted(ticks):
+        if not kept or tick >= kept[-1] * min_ratio:
+            kept.append(tick)
+    return kept
+
+
+def averaged_keys(rows: list[dict[str, Any]], fixed: tuple[str, ...]) -> list[str]:
+    """The config keys that differ between runs sharing the `fixed` keys' values: what a mean per point
+    averages over (a swept n_heads, the seeds)."""
+    groups: dict[tuple[Any, ...], list[dict[str, Any]]] = defaultdict(list)
+    for r in rows:
+        groups[tuple(r.get(k) for k in fixed)].append(r)
+    return [k for k in KEYS if k not in fixed and k not in ("out", "data")
+            and any(len({repr(r.get(k)) for r in group}) > 1 for group in groups.values())]
 
 
 def _label(ax: Any, xlabel: str, ylabel: str, title: str) -> None:
@@ -212,9 +235,11 @@ def loss_vs_lr(rows: list[dict[str, Any]], name: str) -> Any:
         ax.plot(lrs, [sum(means[x]) / len(means[x]) for x in lrs], color=colour, marker="o", label=f"d_model {d}")
     _ring_contended(ax, [(float(r["lr"]), float(r["val_loss"])) for r in _done(rows) if contended(r)])
     ax.set_xscale("log")
-    _plain_log(ax.xaxis, sorted(all_lrs) if len(all_lrs) <= 8 else None)
-    _label(ax, "peak learning rate (log scale)", VAL_LOSS,
-           f"{name}: val loss vs learning rate per size (line: mean over runs)")
+    ticks = _spread(list(all_lrs))
+    _plain_log(ax.xaxis, ticks if len(ticks) <= 8 else None)
+    over = averaged_keys(_done(rows), ("d_model", "lr"))
+    line = f"line: mean over {', '.join(over)}" if over else "line: joins the runs"
+    _label(ax, "peak learning rate (log scale)", VAL_LOSS, f"{name}: val loss vs learning rate per size ({line})")
     return fig
 
 

@@ -115,3 +115,37 @@ def load_export(path: str | Path) -> tuple[Any, Vocabulary]:
         raise CheckpointError(f"{path} has {vocab.size} tokens in its vocabulary but {shape.vocab} in its model")
     return module, vocab
 
+
+
+def generate(module: Any, vocab: Vocabulary, n: int = 20, temperature: float = 0.5, seed: int = 0, *,
+             prefix: str = "", max_len: int | None = None) -> list[str]:
+    """n names sampled from a module of build_module (load_export's, say) in torch alone: each starts at the
+    boundary token and `prefix` and ends at the next boundary or after max_len characters (default and upper
+    bound: the context); temperature 0 is greedy; the same seed gives the same names. Draws use torch's
+    generator, so they are not the names eemicrogpt's own `sample` draws with that seed; greedy names are."""
+    torch = import_torch()
+    context = module.shape.context
+    max_len = context if max_len is None else max_len
+    if not 1 <= max_len <= context:
+        raise ConfigError(f"max length must be 1..{context} (the model's context), got {max_len}")
+    if not (temperature >= 0 and np.isfinite(temperature)):
+        raise ConfigError(f"temperature must be a finite number >= 0 (0: greedy), got {temperature}")
+    bad = vocab.unknown(prefix)
+    if bad is not None:
+        raise ConfigError(f"the prefix's character {bad!r} is not in the model's vocabulary")
+    boundary = vocab.boundary
+    seqs = torch.tensor([[boundary, *vocab.encode(prefix)]] * n, dtype=torch.int64)
+    finished = torch.zeros(n, dtype=torch.bool)
+    draws = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        while seqs.shape[1] <= max_len and not bool(finished.all()):
+            logits = module(seqs)[:, -1]
+            if temperature == 0:
+                nxt = logits.argmax(dim=-1)
+            else:
+                probs = torch.softmax(logits / temperature, dim=-1)
+                nxt = torch.multinomial(probs, 1, generator=draws)[:, 0]
+            nxt[finished] = boundary
+            finished |= nxt == boundary
+            seqs = torch.cat([seqs, nxt[:, None]], dim=1)
+    return [vocab.decode(row[1:].tolist()) for row in seqs]

@@ -5,7 +5,8 @@ or float64 for float64 runs) so that a resume is bit-exact. `meta` holds JSON: t
 total steps the LR schedule spans, the batch sampler's generator state, the resolved config, the recent
 train losses (so the rolling mean continues too), the sha256 of the names file, the software versions,
 (format 3) the vocabulary's symbols, and the run's training seconds so far and where it reached its
-target_loss (target.py; files written before these fields read as 0 seconds and no target reached). The
+target_loss (target.py; files written before these fields read as 0 seconds and no target reached), and
+the best validation loss so far with the rounds since it (best.py; absent before keep_best and patience). The
 model's shape is the saved config's with that vocabulary.
 
 Formats 1 and 2 predate symbol tables and per-layer shapes: they load as the makemore names' vocabulary
@@ -24,6 +25,7 @@ import io
 import json
 import math
 import platform
+import tokenize
 import zipfile
 import zlib
 from dataclasses import dataclass, field
@@ -39,6 +41,7 @@ from ..base.errors import CheckpointError, ConfigError, DataError
 from ..data.names import sampler_state_problem
 from ..model.shape import ModelShape
 from ..model.vocab import Vocabulary
+from .best import BestSoFar
 from .config import MAX_STEPS, TrainConfig, build_config
 from .target import TargetReached
 
@@ -64,6 +67,7 @@ class Checkpoint:
     versions: dict[str, str] = field(default_factory=dict)  # software that wrote it (informational)
     train_seconds: float = 0.0  # inside the backend's train_steps calls, over every invocation up to this step
     target_reached: TargetReached | None = None
+    best: BestSoFar = field(default_factory=BestSoFar)
 
     @property
     def shape(self) -> ModelShape:
@@ -71,9 +75,11 @@ class Checkpoint:
 
     @property
     def finished(self) -> bool:
-        """All its steps ran, or it stopped here because it reached its target (an extension trains on)."""
+        """All its steps ran, or it stopped here because it reached its target or ran out of patience (an
+        extension trains on)."""
         reached = self.target_reached
-        return self.state.step >= self.total_steps or (reached is not None and self.state.step == reached.stop)
+        return (self.state.step >= self.total_steps or (reached is not None and self.state.step == reached.stop)
+                or self.best.stopped_at == self.state.step)
 
 
 def software_versions(backend_version: str = "") -> dict[str, str]:
@@ -106,6 +112,8 @@ def save_checkpoint(path: Path, ckpt: Checkpoint) -> None:
     if ckpt.target_reached is not None:
         r = ckpt.target_reached
         meta["target_reached"] = {"step": r.step, "seconds": float(r.seconds), "stop": r.stop}
+    if ckpt.best.val_loss is not None:
+        meta["best"] = ckpt.best.as_meta()
     buf = io.BytesIO()
     arrays: dict[str, Any] = {name: _float_array(getattr(ckpt.state, name)) for name in STATE_ARRAYS}
     np.savez(buf, meta=np.array(json.dumps(meta, allow_nan=False)), **arrays)
@@ -267,9 +275,13 @@ def _read(path: Path) -> Checkpoint:
     if np.any(arrays["adam_v"] < 0):
         raise CheckpointError("adam_v holds negative values (it is a mean of squares); the file was altered")
     state = TrainState(arrays["params"], arrays["adam_m"], arrays["adam_v"], step)
+    try:
+        best = BestSoFar.from_meta(meta.get("best"), step)
+    except ValueError as e:
+        raise CheckpointError(f"damaged best-loss record: {e}") from None
     return Checkpoint(state, total, sampler_state, config, vocab, recent, meta.get("backend", ""),
                       meta.get("data_sha256", ""), dict(meta.get("versions", {})),
-                      _seconds_field(meta.get("train_seconds", 0.0), "train_seconds"), _target_field(meta, step))
+                      _seconds_field(meta.get("train_seconds", 0.0), "train_seconds"), _target_field(meta, step), best)
 
 
 def load_checkpoint(path: Path) -> Checkpoint:
@@ -289,5 +301,6 @@ def load_checkpoint(path: Path) -> Checkpoint:
         what = "a plain .npy array" if npy else "not a zip archive (truncated, or some other file)"
         raise CheckpointError(f"{path}: unreadable checkpoint: {what}; point at a checkpoint.npz that "
                               "`eemicrogpt train` wrote") from None
-    except (OSError, ValueError, EOFError, zlib.error, json.JSONDecodeError, RecursionError) as e:
+    # numpy re-tokenizes a .npy header it cannot parse, and a damaged one can fail there (TokenError).
+    except (OSError, ValueError, EOFError, zlib.error, json.JSONDecodeError, RecursionError, tokenize.TokenError) as e:
         raise CheckpointError(f"{path}: unreadable checkpoint ({e})") from None

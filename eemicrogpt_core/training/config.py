@@ -6,7 +6,7 @@ and its bounds, help text and CLI spelling are the field's `Setting`. The YAML l
 messages and the `eemicrogpt train` options (cli.py) are all derived from the fields, so adding a key means
 adding one field.
 
-The dataclass defaults are the built-in default run (the same run as configs/d64.yaml; a test keeps them
+The dataclass defaults are the built-in default run (the same run as the shipped d64.yaml; a test keeps them
 equal), so an installed package needs no config file.
 """
 
@@ -30,6 +30,8 @@ import yaml
 from ..backends.precision import PRECISIONS
 from ..base.abi import MAX_CONTEXT, MAX_LAYERS
 from ..base.errors import ConfigError
+from ..base.shipped import find
+from ..model.optim import LR_SCHEDULES, LrSchedule
 from ..model.shape import DEFAULT_CONTEXT, NAMES_VOCAB, ModelShape, ShapeError, default_heads
 
 DTYPES = ("float32", "float64", "float16")
@@ -51,8 +53,9 @@ MAX_SEED = 2**63 - 1
 MAX_TIME_BUDGET = 7 * 24 * 3600.0
 MAX_CONFIG_BYTES = 1 << 20  # a config is a few hundred bytes; refuse to parse megabytes
 
-# Hyperparameters per size (configs/dNN.yaml mirror these; a test keeps them equal). A run of one of these widths
-# gets its preset for every value that neither the command line nor the config file gives (load_config).
+# Hyperparameters per size (the shipped eemicrogpt_core/configs/dNN.yaml mirror these; a test keeps them equal).
+# A run of one of these widths gets its preset for every value that neither the command line nor the config
+# file gives (load_config).
 # d16: the seed's bpc@1s row ran ~19,500 steps at lr 0.01.
 # d32: 30k steps at 0.005, between the seed's 1-second 0.01 (~6k steps) and its 500k-step 0.002
 #   (measured on avx512: train 1.96, val 2.05).
@@ -96,6 +99,21 @@ def _key(default: Any, help: str, **rules: Any) -> Any:
     return dataclasses.field(default=default, metadata={_SETTING: Setting(help, **rules)})
 
 
+LOG_SINKS = ("tensorboard", "wandb")  # sinks.py writes them
+
+
+def sink_names(value: str | None) -> list[str]:
+    """The sinks a `log_to` value names ("tensorboard", "wandb" or both, comma-separated)."""
+    return [] if not value else list(dict.fromkeys(part.strip() for part in value.split(",") if part.strip()))
+
+
+def _log_to_problem(value: str) -> str | None:
+    names = sink_names(value)
+    if not names or any(n not in LOG_SINKS for n in names):
+        return f"must name {' and/or '.join(LOG_SINKS)} (comma-separated), got {value!r}"
+    return None
+
+
 def _named_backend(value: str) -> str | None:
     return None if value.strip() else "must be a backend name or 'auto', got an empty string"
 
@@ -113,7 +131,7 @@ class TrainConfig:
     context: int = _key(DEFAULT_CONTEXT, f"predictions per name or text window (microgpt's block_size), "
                         f"1..{MAX_CONTEXT}; longer names are truncated")
     batch: int = _key(16, "names (or text windows) per step", minimum=1, maximum=MAX_CONFIG_BATCH)
-    steps: int = _key(40000, "training steps (the LR decays to zero over them)", minimum=1, maximum=MAX_STEPS)
+    steps: int = _key(40000, "training steps (the LR schedule spans them)", minimum=1, maximum=MAX_STEPS)
     time_budget: float | None = _key(  # seconds; when set, the steps that fit replace `steps`
         None, "seconds of training (measured by a short warm-up first); the steps that fit replace --steps",
         minimum=0.0, open_minimum=True, maximum=MAX_TIME_BUDGET)
@@ -122,7 +140,13 @@ class TrainConfig:
         None, "stop once the train loss (mean of the last 100 steps, as printed) is <= this; the run records "
         "the steps and training seconds it took (--steps or --time-budget still caps the run)",
         minimum=0.0, open_minimum=True, null_means="no target")
-    lr: float = _key(0.002, "initial learning rate", minimum=0.0)
+    lr: float = _key(0.002, "peak learning rate (the first step's without warm-up)", minimum=0.0)
+    # The defaults (linear to zero, no warm-up) are the schedule every earlier run used, to the bit (optim.py).
+    lr_schedule: str = _key("linear", f"decay after the warm-up: {' or '.join(LR_SCHEDULES)}, from lr to min_lr "
+                            "over the remaining steps", choices=LR_SCHEDULES)
+    warmup_steps: int = _key(0, "steps over which the learning rate ramps linearly up to lr (fewer than --steps)",
+                             minimum=0, maximum=MAX_STEPS)
+    min_lr: float = _key(0.0, "learning rate the decay ends at (at most lr)", minimum=0.0)
     seed: int = _key(42, "seed of init, split and batches", minimum=0, maximum=MAX_SEED)
     backend: str = _key("auto", "backend name or 'auto' (precedence: this flag > $EEMICROGPT_BACKEND > config > "
                         "auto)", check=_named_backend, on_resume=True)
@@ -138,6 +162,14 @@ class TrainConfig:
     val_fraction: float = _key(0.1, "share of the names (or of a text's last characters) held out for "
                                "validation, in [0, 1) (0: no validation)",
                                minimum=0.0, maximum=1.0, open_maximum=True)
+    keep_best: bool = _key(False, "also keep best.npz, the checkpoint of the lowest validation loss so far (sample, "
+                           "export and load take it with --best / best=True)")
+    patience: int | None = _key(None, "stop after this many validation rounds (every --log-every steps) in a row "
+                                "without a lower validation loss", minimum=1, null_means="never stop early")
+    log_to: str | None = _key(None, "also log the metrics to tensorboard (event files in RUN/tensorboard) and/or wandb "
+                              "(offline unless $WANDB_MODE says otherwise; RUN/wandb), comma-separated; "
+                              "metrics.jsonl is always written", check=_log_to_problem, null_means="metrics.jsonl only",
+                              on_resume=True)
     log_every: int = _key(1000, "steps between log lines, val loss and checkpoints", minimum=1, maximum=MAX_STEPS)
     eval_batches: int = _key(20, "fixed validation batches of `batch` names (or text "
                              "windows) each", minimum=1,
@@ -159,6 +191,10 @@ class TrainConfig:
     def model_shape(self, vocab: int) -> ModelShape:
         """The model this config trains on data whose vocabulary has `vocab` tokens."""
         return ModelShape(self.d_model, self.n_heads, self.n_layers, vocab, self.context)
+
+    def schedule(self) -> LrSchedule:
+        """The learning-rate schedule of this run (the steps it spans are the trainer's to say)."""
+        return LrSchedule(self.lr, self.lr_schedule, self.warmup_steps, self.min_lr)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -268,6 +304,13 @@ def _check_values(cfg: TrainConfig, sources: Mapping[str, str]) -> None:
         problem = _problem(key, getattr(cfg, key))
         if problem:
             fail(key, problem)
+    for key in ("keep_best", "patience"):
+        if getattr(cfg, key) not in (None, False) and cfg.val_fraction == 0:
+            fail(key, "needs a validation split: val_fraction must be above 0")
+    if cfg.min_lr > cfg.lr:
+        fail("min_lr", f"must be at most lr ({cfg.lr:g}), got {cfg.min_lr:g}")
+    if cfg.time_budget is None and cfg.warmup_steps >= cfg.steps:
+        fail("warmup_steps", f"must be fewer than steps ({cfg.steps:,}), got {cfg.warmup_steps:,}")
     try:  # the model's rules; any valid vocabulary will do, since the data decides it and no key sets it
         cfg.model_shape(NAMES_VOCAB)
     except ShapeError as e:
@@ -408,11 +451,14 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     return data
 
 
-def load_config(path: str | Path | None, overrides: Mapping[str, Any] | None = None) -> TrainConfig:
-    """The run a user asks for: command-line overrides (None values ignored) > the YAML file > the chosen width's
-    preset > the built-in default."""
+def load_config(path: str | Path | None, overrides: Mapping[str, Any] | None = None,
+                what: str = "--config") -> TrainConfig:
+    """The run a user asks for: command-line overrides (None values ignored) > the YAML file (a path, or the name
+    of a shipped config: d16) > the chosen width's preset > the built-in default. `what` names the file's
+    option in errors."""
     layers: list[tuple[str, Mapping[str, Any]]] = []
     if path is not None:
+        path = find(path, "config", what)
         layers.append((str(path), read_yaml(path)))
     if overrides:
         given = {k: v for k, v in overrides.items() if v is not None}

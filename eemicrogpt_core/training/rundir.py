@@ -1,4 +1,5 @@
-"""A run directory: the resolved config, the metrics log and the checkpoint, under fixed names."""
+"""A run directory: the resolved config, the metrics log and the checkpoint (and with keep_best the best one),
+under fixed names."""
 
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ except ImportError:  # Windows: no advisory locks; two runs in one directory are
 CONFIG_NAME = "config.yaml"
 METRICS_NAME = "metrics.jsonl"
 CHECKPOINT_NAME = "checkpoint.npz"
-RUN_FILES = (CONFIG_NAME, METRICS_NAME, CHECKPOINT_NAME)
+BEST_NAME = "best.npz"  # keep_best: the checkpoint of the lowest validation loss so far
+RUN_FILES = (CONFIG_NAME, METRICS_NAME, CHECKPOINT_NAME, BEST_NAME)
 # Created with the directory, so its presence marks the directory as an eemicrogpt run's (files there are ours
 # to rewrite); held (flock) by the one process training in the directory, released when it exits.
 LOCK_NAME = ".lock"
@@ -103,6 +105,10 @@ class RunDir:
     def checkpoint_path(self) -> Path:
         return self.path / CHECKPOINT_NAME
 
+    @property
+    def best_path(self) -> Path:
+        return self.path / BEST_NAME
+
     @classmethod
     def create(cls, out: str | None, cfg: TrainConfig) -> RunDir:
         """A new run directory; refuses one that already holds a run (that is what --resume is for)."""
@@ -150,6 +156,16 @@ class RunDir:
             raise CheckpointError(f"{run.path} has no {CHECKPOINT_NAME}: not a run directory (or it never saved)")
         return run
 
+    def model_file(self, best: bool = False) -> Path:
+        """The checkpoint a command reads the model from: the last one, or with best the one of the lowest
+        validation loss (what `sample`, `export`, `eval` and load() take with --best / best=True)."""
+        if not best:
+            return self.checkpoint_path
+        if not self.best_path.is_file():
+            raise CheckpointError(f"{self.path} has no {BEST_NAME}: the run was trained without keep_best (train "
+                                  "with --keep-best to keep the checkpoint of the lowest validation loss)")
+        return self.best_path
+
     def write_config(self, cfg: TrainConfig) -> None:
         atomic_write_text(self.config_path, dump_yaml(cfg))
 
@@ -180,3 +196,8 @@ class RunDir:
         """Drop records past the checkpoint, so a resumed run does not log those steps twice."""
         kept = [r for r in self.read_metrics() if r["step"] <= step]
         atomic_write_text(self.metrics_path, "".join(json.dumps(r) + "\n" for r in kept))
+
+
+def model_file(run_dir: str | Path, best: bool = False) -> Path:
+    """The checkpoint to read a run's model from: RunDir.existing(run_dir).model_file(best)."""
+    return RunDir.existing(run_dir).model_file(best)

@@ -26,14 +26,17 @@ from ..backends.registry import BackendRegistry
 from ..base.errors import CheckpointError, ConfigError
 from ..base.paths import user_path
 from ..data.datafile import given_data_path, resolve_data_path
+from ..model.sampling import generate
 from ..model.shape import NAMES_VOCAB
 from ..model.vocab import Vocabulary
 from .checkpoint import Checkpoint, load_checkpoint
 from .config import TrainConfig, build_config, resolve_backend
 from .limits import check_memory
 from .rundir import RunDir
-from .trainer import PreparedData, Reporter, TrainResult, prepare_data, train
+from .sinks import SinkReporter, check_installed, open_sinks
+from .trainer import NullReporter, PreparedData, Reporter, TrainResult, prepare_data, train
 
+SINK_SAMPLES = 10  # names handed to the log_to sinks at the end of a run
 Note = Callable[[str], None]  # where a run's notes go (the CLI's console, a reporter, or nowhere)
 Prepare = Callable[[TrainConfig, "Vocabulary | None"], PreparedData]  # prepare_data, or a caching variant
 
@@ -64,8 +67,13 @@ class AlreadyFinished:
     def describe(self) -> str:
         ckpt = self.checkpoint
         reached = ckpt.target_reached
-        how = (f"stopped at step {int(ckpt.state.step):,} on reaching target_loss {ckpt.config.target_loss:g}"
-               if reached is not None and ckpt.state.step == reached.stop else f"{ckpt.total_steps:,} steps")
+        if ckpt.best.stopped_at == ckpt.state.step:
+            how = (f"stopped early at step {int(ckpt.state.step):,}: no lower validation loss in "
+                   f"{ckpt.config.patience} rounds, {ckpt.best.describe()}")
+        elif reached is not None and ckpt.state.step == reached.stop:
+            how = f"stopped at step {int(ckpt.state.step):,} on reaching target_loss {ckpt.config.target_loss:g}"
+        else:
+            how = f"{ckpt.total_steps:,} steps"
         return (f"{self.run_dir.path} already finished ({how}); nothing to resume (pass --steps N to train on to "
                 "N steps)")
 
@@ -75,6 +83,7 @@ def plan_fresh(registry: BackendRegistry, cfg: TrainConfig, *, backend: str | No
     """A new run of `cfg` (already built from its sources); backend and data are the caller's explicit choices
     (a flag, an argument, a sweep's resolved value), which outrank the environment and the config."""
     check_memory(cfg)
+    check_installed(cfg)
     cfg = dataclasses.replace(cfg, backend=resolve_backend(backend, cfg.backend))
     given = given_data_path(data, cfg.data, data_format=cfg.data_format)
     if given is None and cfg.data_format == "lines":  # the makemore names: their vocabulary is known before the
@@ -109,7 +118,7 @@ def plan_resume(
 ) -> RunPlan | AlreadyFinished:
     """Continue the run in `path` with its saved config; only backend, data and the settings marked
     `on_resume` (`changes`, checked like any override and named by `changes_source` in errors) may differ.
-    extend_to: train on to that many steps (the linear schedule re-spanned), also a finished run."""
+    extend_to: train on to that many steps (the LR schedule re-spanned), also a finished run."""
     run = RunDir.existing(path)
     ckpt = load_checkpoint(run.checkpoint_path)
     data_path = user_path(data, "--data") if data else ckpt.config.data
@@ -122,14 +131,17 @@ def plan_resume(
             raise ConfigError(f"--steps {extend_to:,} with --resume must be more than the {int(ckpt.state.step):,} "
                               "steps this run has done")
         cfg = dataclasses.replace(cfg, steps=extend_to)
-        note(f"extending to {extend_to:,} steps (from {ckpt.total_steps:,}): the learning rate decays linearly to 0 "
-             f"over all {extend_to:,}, so step {int(ckpt.state.step) + 1:,} continues at "
-             f"{ckpt.config.lr * (1 - ckpt.state.step / extend_to):.3g}")
+        schedule = ckpt.config.schedule()
+        nxt = int(ckpt.state.step) + 1
+        note(f"extending to {extend_to:,} steps (from {ckpt.total_steps:,}): the learning rate schedule "
+             f"({schedule.describe()}) spans all {extend_to:,}, so step {nxt:,} continues at "
+             f"{schedule.at(nxt, extend_to):.3g}")
     elif ckpt.finished:
         return AlreadyFinished(run, ckpt)
     if changes:
         cfg = build_config([(changes_source, changes)], cfg)
     check_memory(cfg)
+    check_installed(cfg)
     chosen = registry.select(cfg.backend, ckpt.shape, cfg.batch, cfg.dtype, cfg.precision).name
     prepared = prepare(cfg, ckpt.vocab)
     check_same_data(ckpt, prepared, cfg, allow_data_change, note)
@@ -143,10 +155,23 @@ def plan_resume(
 
 
 def execute(plan: RunPlan, registry: BackendRegistry, reporter: Reporter | None = None) -> TrainResult:
-    """Claim the run directory (a second process training it stops here), train, release it."""
+    """Claim the run directory (a second process training it stops here), train, release it. The sinks of
+    `log_to` get the run's records and, at the end, ten sampled names (for a list; a text has no names)."""
     plan.run_dir.claim()
     try:
-        return train(plan.cfg, registry, run_dir=plan.run_dir, resume=plan.resume, reporter=reporter,
-                     data=plan.data, extend_to=plan.extend_to)
+        sinks = open_sinks(plan.cfg, plan.run_dir.path)
+        try:
+            result = train(plan.cfg, registry, run_dir=plan.run_dir, resume=plan.resume,
+                           reporter=SinkReporter(reporter or NullReporter(), sinks) if sinks else reporter,
+                           data=plan.data, extend_to=plan.extend_to)
+            if sinks and result.vocab.with_boundary:  # names end at the boundary; a text run has none
+                names = generate(result.state.params, result.shape, result.vocab, n=SINK_SAMPLES, temperature=0.5,
+                                 seed=plan.cfg.seed)
+                for sink in sinks:
+                    sink.samples(int(result.state.step), names)
+            return result
+        finally:
+            for sink in sinks:
+                sink.close()
     finally:
         plan.run_dir.release()

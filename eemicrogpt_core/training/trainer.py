@@ -4,11 +4,13 @@ Steps run in chunks of up to config.chunk_steps per backend call, so Python over
 (fewer steps on slow backends: about CHUNK_SECONDS each); chunks end on log boundaries so validation and
 checkpoints land on exact steps. The loss sequence does not depend on the chunking, which is what makes
 `--resume` exact. With a target_loss the run also ends (logged and saved) after the chunk in which the
-train loss first reached it (target.py says which step and which seconds count).
+train loss first reached it (target.py says which step and which seconds count); with a patience, at the
+validation round that runs it out (best.py), and keep_best saves best.npz at every round that improves.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 import time
 from collections import deque
@@ -32,9 +34,9 @@ from ..base.errors import (
 )
 from ..data.names import Dataset, encode, read_names, split
 from ..data.text import TextPart, read_text, split_text
-from ..model.optim import lr_schedule
 from ..model.shape import ModelShape, init_params
 from ..model.vocab import Vocabulary
+from .best import BestSoFar
 from .checkpoint import Checkpoint, save_checkpoint, software_versions
 from .config import MAX_STEPS, PRESETS, TrainConfig
 from .contention import Contention, cpus_available, load_average
@@ -134,6 +136,7 @@ class TrainResult:
     stop_signal: int | None = None  # the signal that stopped the run, if one did
     contention: Contention | None = None  # time-budget runs: how busy the machine was
     target: TargetOutcome | None = None  # runs with a target_loss: whether and when the train loss reached it
+    best: BestSoFar | None = None  # runs with keep_best or patience: the lowest validation loss and its step
 
     @property
     def steps_run(self) -> int:
@@ -246,6 +249,7 @@ class _Run:
                  shape: ModelShape, run_dir: RunDir | None, resume: Checkpoint | None,
                  extend_to: int | None = None) -> None:
         self.cfg, self.entry, self.session, self.run_dir = cfg, entry, session, run_dir
+        self.schedule = cfg.schedule()
         self.load_start: float | None = None
         self.calibration_s: float | None = None  # set for a fresh time-budget run
         self.shape, self.vocab = shape, data.vocab
@@ -258,6 +262,10 @@ class _Run:
         self.seconds_before = resume.train_seconds if resume is not None else 0.0
         self.reached: TargetReached | None = resume.target_reached if resume is not None else None
         self.at_target = False  # this invocation reached the target: it stops after that chunk
+        self.tracks_best = cfg.keep_best or cfg.patience is not None
+        self.best = dataclasses.replace(resume.best) if resume is not None else BestSoFar()
+        if extend_to is not None:  # an extension trains on past an early stop, counting rounds afresh
+            self.best.stopped_at, self.best.stale_rounds = None, 0
         if resume is not None:
             session.set_state(resume.state)
             self.sampler.set_state(resume.sampler_state)
@@ -301,7 +309,7 @@ class _Run:
         if self.adaptive is not None:  # the count for this chunk; short chunks while counts are timed
             n = self.adaptive.before_chunk(n, self.seconds_per_step)
         tokens, lengths = self.sampler.sample(n)
-        lrs = lr_schedule(step + 1, n, self.total, cfg.lr)
+        lrs = self.schedule.rates(step + 1, n, self.total)
         t0 = time.perf_counter()
         try:
             losses = np.asarray(self.session.train_steps(tokens, lengths, lrs), dtype=np.float32)
@@ -352,8 +360,7 @@ class _Run:
         for step in range(int(self.good.state.step) + 1, chunk_end + 1):
             tokens, lengths = sampler.sample(1)
             try:
-                loss = float(self.session.train_steps(tokens, lengths, lr_schedule(step, 1, self.total,
-                                                                                     self.cfg.lr))[0])
+                loss = float(self.session.train_steps(tokens, lengths, self.schedule.rates(step, 1, self.total))[0])
             except Exception as e:
                 if not _is_nonfinite_error(e):
                     raise
@@ -383,6 +390,11 @@ class _Run:
             raise self._diverged(f"the validation loss at step {self.step} is not finite ({e})") from None
         if self.val_loss is not None and not np.isfinite(self.val_loss):
             raise self._diverged(f"the validation loss became {self.val_loss} at step {self.step}")
+        improved = False
+        if self.tracks_best and self.val_loss is not None:
+            improved = self.best.observe(self.step, self.val_loss)
+            if self.best.out_of_patience(self.cfg.patience) and self.step < self.total:
+                self.best.stopped_at = self.step
         done = sum(c.size for c in self.chunks)
         record = {
             "step": self.step,
@@ -401,11 +413,15 @@ class _Run:
                 self.run_dir.append_metric(record)
             except OSError as e:
                 raise StorageError(describe_os_error(e, "cannot append to the metrics log")) from None
-        self.checkpoint(state)
+        self.checkpoint(state, also_best=improved and self.cfg.keep_best)
         return record
 
-    def checkpoint(self, state: TrainState | None = None) -> str:
-        """Save (when there is a run directory); returns a phrase for the user."""
+    @property
+    def stopped_early(self) -> bool:
+        return self.best.stopped_at is not None and self.best.stopped_at == self.step
+
+    def checkpoint(self, state: TrainState | None = None, also_best: bool = False) -> str:
+        """Save (when there is a run directory), also as best.npz when asked; returns a phrase for the user."""
         if self.run_dir is None:
             return "no run directory, nothing saved"
         state = state if state is not None else self.session.get_state()
@@ -414,9 +430,11 @@ class _Run:
         ckpt = Checkpoint(state, self.total, self.sampler.get_state(), self.cfg, self.vocab, list(self.recent),
                           self.entry.name, self.data_sha256,
                           software_versions(f"{self.entry.distribution} {self.entry.version}"),
-                          self.seconds_before + self.seconds, self.reached)
+                          self.seconds_before + self.seconds, self.reached, dataclasses.replace(self.best))
         try:
             save_checkpoint(self.run_dir.checkpoint_path, ckpt)
+            if also_best:  # after the last checkpoint: best.npz never holds a step checkpoint.npz lacks
+                save_checkpoint(self.run_dir.best_path, ckpt)
         except OSError as e:
             kept = "nothing saved" if self.saved_step is None else f"the checkpoint of step {self.saved_step} is kept"
             raise StorageError(describe_os_error(e, "cannot save the checkpoint") + f" ({kept})") from None
@@ -448,6 +466,7 @@ class _Run:
             stop_signal=stop_signal,
             contention=self.contention(),
             target=self.target,
+            best=dataclasses.replace(self.best) if self.tracks_best else None,
         )
 
 
@@ -467,9 +486,9 @@ def train(
     or one raised by a reporter) also saves, while one inside a backend call keeps the last checkpoint,
     because the state in the middle of a chunk matches no step.
 
-    extend_to (with resume): train on to this many steps in all, also past a finished run's end. The linear
-    decay is then re-spanned over the new total: step s after the checkpoint uses lr (1 - (s - 1) / extend_to),
-    as if the run had been planned that long; the steps already run keep the rates they had.
+    extend_to (with resume): train on to this many steps in all, also past a finished run's end. The LR
+    schedule is then re-spanned over the new total: step s after the checkpoint uses the rate it would have
+    had in a run planned that long; the steps already run keep the rates they had.
     """
     if extend_to is not None:
         if resume is None:
@@ -506,7 +525,10 @@ def train(
 
         try:
             with deferred_stop(note) as stop:
-                while run.step < run.total and not stop.requested and not run.at_target:
+                if run.tracks_best and not run.val_batches:
+                    reporter.message("note: this split has no validation items, so keep_best and patience have "
+                                     "nothing to compare")
+                while run.step < run.total and not stop.requested and not run.at_target and not run.stopped_early:
                     in_chunk = True
                     run.chunk()
                     in_chunk = False
@@ -518,12 +540,16 @@ def train(
                     if run.at_target and run.target is not None:
                         reporter.message(f"{run.target.describe()} (mean of the last {ROLLING} steps); stopped "
                                          f"at step {run.step:,}, the end of that chunk")
+                    if run.stopped_early:
+                        kept = f", kept in {run_dir.best_path}" if run_dir is not None and cfg.keep_best else ""
+                        reporter.message(f"stopped early at step {run.step:,}: the validation loss has not improved "
+                                         f"for {cfg.patience} validation rounds ({run.best.describe()}{kept})")
                     reporter.progress(run.step, run.total, run.train_loss)
                 signum = stop.signum
                 if run.step >= run.total and run.target is not None and not run.target.reached:
                     reporter.message(f"{run.target.describe()} in {run.total:,} steps (final train loss "
                                      f"{run.train_loss:.4f}, mean of the last {ROLLING} steps)")
-                if stop.requested and run.step < run.total and not run.at_target:
+                if stop.requested and run.step < run.total and not run.at_target and not run.stopped_early:
                     interrupted = True
                     reporter.message(f"stopped at step {run.step}/{run.total}; {run.checkpoint()}")
         except BackendOutputError as e:

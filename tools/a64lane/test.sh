@@ -8,7 +8,7 @@ set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 : "${SITE:?SITE must name the site dir of this run}"
 
-cd "$REPO" # relative paths in a64lane.conf (e.g. --config configs/d64.yaml) are relative to the repo root
+cd "$REPO" # relative paths in a64lane.conf (e.g. --config d64) are relative to the repo root
 NAMES=${EEMICROGPT_DATA:-$REPO/../shared/data/names.txt}
 [[ -f "$NAMES" ]] || die "names file $NAMES not found (set EEMICROGPT_DATA)"
 export EEMICROGPT_DATA=$NAMES
