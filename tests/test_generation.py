@@ -72,20 +72,24 @@ def test_a_sequence_prefilled_at_once_equals_one_grown_a_token_at_a_time() -> No
         model.step(seq[:, 0])  # the cache is full: the caller must crop and prefill
 
 
-def _greedy_text_by_hand(params: np.ndarray, shape: ModelShape, tokens: list[int], new: int) -> list[int]:
-    seq = list(tokens)
+def _greedy_text_by_hand(params: np.ndarray, shape: ModelShape, tokens: list[int], new: int, slide: int) -> list[int]:
+    """Greedy continuation with the float64 reference, the window kept as a plain list."""
+    window, out = list(tokens[-shape.context :]), []
     for _ in range(new):
-        window = np.array([seq[-shape.context :]])
-        seq.append(int(forward_logits(params, shape, window)[0, -1].argmax()))
-    return seq[len(tokens) :]
+        out.append(int(forward_logits(params, shape, np.array([window]))[0, -1].argmax()))
+        if len(window) == shape.context:
+            window = window[slide:]  # slide 1: nanoGPT's crop to the last `context` tokens
+        window.append(out[-1])
+    return out
 
 
-def test_greedy_text_past_the_context_is_nanogpts_crop() -> None:
+@pytest.mark.parametrize("slide", [1, 3, 8])
+def test_greedy_text_past_the_context_follows_the_window(slide: int) -> None:
     shape = _shape(TEXT, context=8)
     params = init_params(shape, seed=5) * np.float32(4)  # sharp logits: no near-ties between float32 and 64
     prompt = "To be, or not to be"  # longer than the context: only its last 8 characters are read
-    got = _run(TEXT, shape, params).generate(prompt, max_new_tokens=40, temperature=0)
-    want = _greedy_text_by_hand(params, shape, TEXT.encode(prompt), 40)
+    got = _run(TEXT, shape, params).generate(prompt, max_new_tokens=40, temperature=0, slide=slide)
+    want = _greedy_text_by_hand(params, shape, TEXT.encode(prompt), 40, slide)
     assert got == TEXT.decode(want) and len(got) == 40
 
 
@@ -120,6 +124,8 @@ def test_several_continuations_come_in_batches_with_the_prompt_cropped() -> None
     ({"top_p": 0.0}, "top-p must be in (0, 1]"),
     ({"temperature": float("nan")}, "temperature must be a finite number >= 0"),
     ({"seed": -1}, "seed must be a whole number >= 0"),
+    ({"slide": 0}, "slide must be 1..12 (the model's context), got 0"),
+    ({"slide": 13}, "slide must be 1..12"),
 ])
 def test_text_generation_refuses_bad_arguments(kwargs: dict, fragment: str) -> None:
     shape = _shape(TEXT)

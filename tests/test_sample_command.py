@@ -111,6 +111,7 @@ def test_text_defaults_and_several_continuations(text_run: Path, tmp_path: Path)
     (["--prompt", "a", "--prompt-file", "p.txt"], "give --prompt or --prompt-file, not both"),
     (["--prompt-file", "/nonexistent/p.txt"], "cannot read --prompt-file /nonexistent/p.txt: No such file"),
     (["--seed", "-1"], "--seed must be >= 0, got -1"),
+    (["--slide", "17"], "slide must be 1..16 (the model's context), got 17"),
 ])
 def test_text_bad_inputs_are_one_line(text_run: Path, args: list[str], fragment: str) -> None:
     assert_one_line_error(run("sample", str(text_run), *args), fragment)
@@ -123,6 +124,11 @@ def test_a_prompt_file_that_is_not_utf8_or_too_big(text_run: Path, tmp_path: Pat
     big = tmp_path / "big.txt"
     big.write_bytes(b"a" * (sample_output.PROMPT_FILE_BYTES + 1))
     assert_one_line_error(run("sample", str(text_run), "--prompt-file", str(big)), "is larger than 4,000,000 bytes")
+
+
+def test_text_options_on_a_names_run_are_refused(names_run: Path) -> None:
+    assert_one_line_error(run("sample", str(names_run), "--slide", "4", "--max-new-tokens", "9"),
+                          "--max-new-tokens, --slide are not for this run: it was trained on a list of names")
 
 
 def test_out_is_a_new_file_and_never_replaces_one(names_run: Path, tmp_path: Path) -> None:

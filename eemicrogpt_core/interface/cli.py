@@ -231,6 +231,9 @@ def sample_cmd(
     max_new_tokens: Annotated[int | None, typer.Option(help=f"text: characters to generate per continuation "
                                                        f"(default {DEFAULT_NEW_TOKENS}; "
                                                        f"1..{MAX_NEW_TOKENS:,})")] = None,
+    slide: Annotated[int | None, typer.Option(help="text: past the context, drop this many characters of the "
+                                              "window at a time (default 1: crop before every character, as "
+                                              "nanoGPT; larger is faster, each character then sees fewer)")] = None,
     out: Annotated[Path | None, typer.Option(help="write to this new file (never overwritten)")] = None,
 ) -> None:
     """Generate names, or continue a prompt, from a trained run (printed as they are drawn)."""
@@ -254,7 +257,7 @@ def sample_cmd(
         raise ConfigError(f"--out {target} already exists; choose a new file (samples never overwrite one)")
     options = SampleOptions(n, temperature, seed, top_k, top_p, prefix, max_len, unique, prompt,
                             user_path(prompt_file, "--prompt-file") if prompt_file is not None else None,
-                            max_new_tokens)
+                            max_new_tokens, slide)
     ckpt = load_checkpoint(RunDir.existing(run_dir).checkpoint_path)
     pieces = sample_lines(ckpt, options)
     if target is None:

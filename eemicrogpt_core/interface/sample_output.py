@@ -41,6 +41,7 @@ class SampleOptions:
     prompt: str | None = None  # texts only
     prompt_file: Path | None = None
     max_new_tokens: int | None = None
+    slide: int | None = None
 
 
 def read_prompt_file(path: Path) -> str:
@@ -71,7 +72,8 @@ def sample_lines(ckpt: Checkpoint, opts: SampleOptions) -> Iterable[str]:
     params, shape, vocab = ckpt.state.params, ckpt.shape, ckpt.vocab
     if vocab.with_boundary:
         _refuse({"--prompt": opts.prompt is not None, "--prompt-file": opts.prompt_file is not None,
-                 "--max-new-tokens": opts.max_new_tokens is not None}, "a list of names", "use --prefix")
+                 "--max-new-tokens": opts.max_new_tokens is not None, "--slide": opts.slide is not None},
+                "a list of names", "use --prefix")
         choice = Choice(NAMES_TEMPERATURE if opts.temperature is None else opts.temperature, opts.top_k, opts.top_p)
         names = sample_names(params, shape, vocab, NAMES_N if opts.n is None else opts.n, choice, opts.seed,
                              prefix=clean_prefix(opts.prefix or "", ckpt.config.lowercase), max_len=opts.max_len,
@@ -87,7 +89,8 @@ def sample_lines(ckpt: Checkpoint, opts: SampleOptions) -> Iterable[str]:
     choice = Choice(TEXT_TEMPERATURE if opts.temperature is None else opts.temperature, opts.top_k, opts.top_p)
     n = TEXT_N if opts.n is None else opts.n
     new = DEFAULT_NEW_TOKENS if opts.max_new_tokens is None else opts.max_new_tokens
-    texts = text_continuations(params, shape, vocab, prompt, new, n, choice, opts.seed)
+    texts = text_continuations(params, shape, vocab, prompt, new, n, choice, opts.seed,
+                               1 if opts.slide is None else opts.slide)
     return _joined(prompt, texts, n)
 
 

@@ -1,10 +1,12 @@
 """Token generation over the key/value cache: batches of bounded memory, and the window past the context.
 
-Past the context the window is cropped to the last `context` tokens before every new token, as nanoGPT's
-sample.py does, so each token is predicted from exactly the tokens a window of training would have shown.
-Positions are learned embeddings, so a cropped window moves every token to a new position and nothing of
-the cache can be kept: each token past the context costs one full forward of `context` positions instead of
-one position (see benchmarks/generate_speed.py for the rates). Within the context a token costs one position.
+Past the context the window is cropped to the last `context` tokens before every new token by default
+(slide 1), as nanoGPT's sample.py does, so each token is predicted from exactly the tokens a window of
+training would have shown. Positions are learned embeddings, so a cropped window moves every token to a new
+position and nothing of the cache can be kept: each token past the context costs one full forward of
+`context` positions instead of one position (benchmarks/generate_speed.py measures both). A larger slide s
+drops s tokens at once when the window is full and grows it one position at a time again: about s times
+fewer full forwards, but a token then sees between context - s + 1 and context tokens, not always context.
 BLAS runs on one thread meanwhile (base/blas.py): these matrices are too small to share.
 """
 
@@ -37,11 +39,15 @@ def batch_rows(shape: ModelShape, tokens_per_row: int = 0) -> int:
 
 
 class Continuation:
-    """n sequences growing together from a common start: `logits` are the next token's, `push` appends one."""
+    """n sequences growing together from a common start: `logits` are the next token's, `push` appends one;
+    past the context `slide` tokens leave the window at a time (1: crop before every token)."""
 
-    def __init__(self, model: CachedModel, start: np.ndarray) -> None:
+    def __init__(self, model: CachedModel, start: np.ndarray, slide: int = 1) -> None:
         self.model = model
         self.context = model.shape.context
+        if not 1 <= slide <= self.context:
+            raise ValueError(f"slide must be 1..{self.context}, got {slide}")
+        self.slide = slide
         self.window = np.ascontiguousarray(start[:, -self.context :], dtype=np.int64)
         self.logits = model.prefill(self.window)
 
@@ -49,8 +55,8 @@ class Continuation:
         if self.window.shape[1] < self.context:
             self.window = np.concatenate([self.window, tokens[:, None]], axis=1)
             self.logits = self.model.step(tokens)
-        else:  # crop to the last `context` tokens: every position moves, so the whole window runs again
-            self.window = np.concatenate([self.window[:, 1:], tokens[:, None]], axis=1)
+        else:  # drop the oldest `slide` tokens: every position moves, so the whole window runs again
+            self.window = np.concatenate([self.window[:, self.slide :], tokens[:, None]], axis=1)
             self.logits = self.model.prefill(self.window)
 
     def keep(self, rows: np.ndarray) -> None:
@@ -59,11 +65,11 @@ class Continuation:
         self.model.keep(rows)
 
 
-def continue_tokens(model: CachedModel, start: np.ndarray, new: int, choice: Choice,
-                    rng: np.random.Generator) -> Iterator[np.ndarray]:
+def continue_tokens(model: CachedModel, start: np.ndarray, new: int, choice: Choice, rng: np.random.Generator,
+                    slide: int = 1) -> Iterator[np.ndarray]:
     """The next `new` tokens [n] of every row of start [n, t], one array per step."""
     with one_blas_thread():
-        run = Continuation(model, start)
+        run = Continuation(model, start, slide)
         for i in range(new):
             tokens = choose(run.logits, choice, rng)
             yield tokens

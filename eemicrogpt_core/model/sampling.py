@@ -137,12 +137,13 @@ def prompt_tokens(vocab: Vocabulary, prompt: str) -> np.ndarray:
 
 
 def text_continuations(params: np.ndarray, shape: ModelShape, vocab: Vocabulary, prompt: str,
-                       max_new_tokens: int, n: int, choice: Choice,
-                       seed: int | None = None) -> Iterator[Iterator[str]]:
+                       max_new_tokens: int, n: int, choice: Choice, seed: int | None = None,
+                       slide: int = 1) -> Iterator[Iterator[str]]:
     """n continuations of prompt, each max_new_tokens characters (the prompt not repeated), past the context
-    by cropping the window to its last `context` characters. Each continuation is an iterator of its
-    characters, streamed as they are drawn when n is 1; for n > 1 continuations are drawn in batches of
-    bounded memory and each one is complete when yielded. Arguments are checked before anything is drawn."""
+    by dropping `slide` characters of the window at a time (1: nanoGPT's crop to the last `context` before
+    every character; see generation.py). Each continuation is an iterator of its characters, streamed as
+    they are drawn when n is 1; for n > 1 continuations are drawn in batches of bounded memory and each one
+    is complete when yielded. Arguments are checked before anything is drawn."""
     _check_count(n, "continuations")
     _check_model(shape, vocab, choice)
     if vocab.with_boundary:
@@ -150,22 +151,25 @@ def text_continuations(params: np.ndarray, shape: ModelShape, vocab: Vocabulary,
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, numbers.Integral) \
             or not 1 <= max_new_tokens <= MAX_NEW_TOKENS:
         raise ConfigError(f"max new tokens must be 1..{MAX_NEW_TOKENS:,}, got {max_new_tokens!r}")
+    if isinstance(slide, bool) or not isinstance(slide, numbers.Integral) or not 1 <= slide <= shape.context:
+        raise ConfigError(f"slide must be 1..{shape.context} (the model's context), got {slide!r}")
     start = prompt_tokens(vocab, prompt)[-shape.context :]
     rng = make_rng(seed)
-    return _texts(CachedModel(params, shape), vocab, start, int(max_new_tokens), n, choice, rng)
+    return _texts(CachedModel(params, shape), vocab, start, int(max_new_tokens), n, choice, rng, int(slide))
 
 
 def _texts(model: CachedModel, vocab: Vocabulary, start: np.ndarray, new: int, n: int, choice: Choice,
-           rng: np.random.Generator) -> Iterator[Iterator[str]]:
+           rng: np.random.Generator, slide: int) -> Iterator[Iterator[str]]:
     symbols = vocab.symbols
     if n == 1:
-        yield (symbols[int(tokens[0])] for tokens in continue_tokens(model, start[None], new, choice, rng))
+        yield (symbols[int(tokens[0])] for tokens in continue_tokens(model, start[None], new, choice, rng, slide))
         return
     rows = batch_rows(model.shape, new)
     for first in range(0, n, rows):
         count = min(rows, n - first)
         out = np.empty((count, new), dtype=np.uint8)  # a vocabulary has at most 256 tokens
-        for i, tokens in enumerate(continue_tokens(model, np.tile(start, (count, 1)), new, choice, rng)):
+        for i, tokens in enumerate(continue_tokens(model, np.tile(start, (count, 1)), new, choice, rng,
+                                                     slide)):
             out[:, i] = tokens
         for row in out:
             yield iter(vocab.decode(row))
