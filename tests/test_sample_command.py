@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from eemicrogpt_core.base.errors import ConfigError
 from eemicrogpt_core.interface import cli, sample_output
 from eemicrogpt_core.interface.api import load
 from eemicrogpt_core.model.vocab import Vocabulary
@@ -179,3 +180,9 @@ def test_a_terminal_sees_each_piece_as_it_comes() -> None:
     piped = io.StringIO()
     sample_output.stream(iter("abc"), piped)
     assert piped.getvalue() == "abc"
+
+
+def test_an_output_encoding_without_the_characters_is_one_error() -> None:
+    ascii_out = io.TextIOWrapper(io.BytesIO(), encoding="ascii")
+    with pytest.raises(ConfigError, match=r"the output's encoding \(ascii\) cannot show 'é': set PYTHONIOENCODING"):
+        sample_output.stream(iter(["zoe\n", "zoé\n"]), ascii_out)

@@ -114,10 +114,14 @@ def _joined(prompt: str, texts: Iterable[Iterable[str]], n: int) -> Iterable[str
 def stream(pieces: Iterable[str], out: TextIO) -> None:
     """Print pieces as they come: flushed each time on a terminal, buffered into a pipe or file."""
     flush = out.isatty() if hasattr(out, "isatty") else False
-    for piece in pieces:
-        out.write(piece)
-        if flush:
-            out.flush()
+    try:
+        for piece in pieces:
+            out.write(piece)
+            if flush:
+                out.flush()
+    except UnicodeEncodeError as e:
+        raise ConfigError(f"the output's encoding ({e.encoding}) cannot show {e.object[e.start:e.end]!r}: set "
+                          "PYTHONIOENCODING=utf-8, or write a UTF-8 file with --out") from None
     out.flush()
 
 
