@@ -147,6 +147,9 @@ def test_out_is_a_new_file_and_never_replaces_one(names_run: Path, tmp_path: Pat
     dangling.symlink_to(tmp_path / "nowhere.txt")
     assert_one_line_error(run("sample", str(names_run), "--out", str(dangling)), "already exists")
     assert mine.read_text() == "keep me" and not (tmp_path / "nowhere.txt").exists()
+    missing = tmp_path / "no-such-folder" / "names.txt"
+    assert_one_line_error(run("sample", str(names_run), "--out", str(missing)),
+                          f"cannot write the samples {missing}: No such file or directory")
 
 
 def test_a_failed_write_leaves_no_file(names_run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -94,7 +94,10 @@ def created_file(path: Path) -> Iterator[BinaryIO]:
     temporary file in the same directory, which is then hard-linked to path (link fails on an existing name,
     a dangling symlink included, where a rename would replace it). FileExistsError if path exists; on any
     failure the temporary file is removed and path is left as it was."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as e:  # name the file the user asked for, not the temporary one
+        raise OSError(e.errno, e.strerror, str(path)) from e
     try:
         if hasattr(os, "fchmod"):
             os.fchmod(fd, 0o666 & ~process_umask())
