@@ -98,6 +98,11 @@ def test_text_defaults_and_several_continuations(text_run: Path, tmp_path: Path)
     prompt.write_text("olivia\nava\n")
     from_file = run("sample", str(text_run), "--prompt-file", str(prompt), "--max-new-tokens", "20")
     assert from_file.exit_code == 0 and from_file.stdout.startswith("olivia\nava\n")
+    out = tmp_path / "more.txt"
+    written = run("sample", str(text_run), "--prompt", "ab", "--max-new-tokens", "30", "--seed", "3", "--out", str(out))
+    assert written.stdout == f"wrote 33 characters to {out}\n"  # the prompt, 30 characters and the newline
+    assert out.read_text() == run("sample", str(text_run), "--prompt", "ab", "--max-new-tokens", "30", "--seed",
+                                  "3").stdout
 
 
 @pytest.mark.parametrize(("args", "fragment"), [
@@ -135,7 +140,7 @@ def test_text_options_on_a_names_run_are_refused(names_run: Path) -> None:
 def test_out_is_a_new_file_and_never_replaces_one(names_run: Path, tmp_path: Path) -> None:
     out = tmp_path / "names.txt"
     result = run("sample", str(names_run), "-n", "5", "--seed", "1", "--out", str(out))
-    assert result.exit_code == 0 and "wrote" in result.stdout
+    assert result.exit_code == 0 and f"wrote 5 names to {out}" in result.stdout
     assert out.read_text() == run("sample", str(names_run), "-n", "5", "--seed", "1").stdout
     assert_one_line_error(run("sample", str(names_run), "--out", str(out)), "already exists")
     mine = tmp_path / "mine.txt"

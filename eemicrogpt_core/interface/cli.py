@@ -263,8 +263,8 @@ def sample_cmd(
     if target is None:
         stream(pieces, sys.stdout)
         return
-    count = write_new(pieces, target)
-    print(f"wrote {count:,} characters to {target}")
+    names, chars = write_new(pieces, target)
+    print(f"wrote {names:,} names" if ckpt.vocab.with_boundary else f"wrote {chars:,} characters", f"to {target}")
 
 
 @app.command("export")

@@ -125,17 +125,18 @@ def stream(pieces: Iterable[str], out: TextIO) -> None:
     out.flush()
 
 
-def write_new(pieces: Iterable[str], target: Path) -> int:
-    """Write pieces to target, a new file that appears complete or not at all; the characters written."""
-    count = 0
+def write_new(pieces: Iterable[str], target: Path) -> tuple[int, int]:
+    """Write pieces to target, a new file that appears complete or not at all: the pieces and characters
+    written (a names run's pieces are its names)."""
+    count = chars = 0
     try:
         with created_file(target) as f:
             for piece in pieces:
                 f.write(piece.encode("utf-8"))
-                count += len(piece)
+                count, chars = count + 1, chars + len(piece)
     except FileExistsError:
         raise ConfigError(f"--out {target} already exists; choose a new file (samples never overwrite one)") \
             from None
     except OSError as e:
         raise StorageError(describe_os_error(e, "cannot write the samples")) from None
-    return count
+    return count, chars
