@@ -104,14 +104,20 @@ def test_text_generation_is_seeded() -> None:
     assert len(fresh) == 3  # no seed: fresh entropy each call (a repeat has probability ~60^-50)
 
 
-def test_several_continuations_come_in_batches_with_the_prompt_cropped() -> None:
+def test_several_continuations_come_in_batches_with_the_prompt_cropped(monkeypatch: pytest.MonkeyPatch) -> None:
     shape = _shape(TEXT)
     params = init_params(shape, seed=6)
-    texts = [
-        "".join(chars)
-        for chars in text_continuations(params, shape, TEXT, "x" * 30, 20, 5, Choice(1.0), seed=1)
-    ]
-    assert len(texts) == 5 and all(len(t) == 20 for t in texts) and len(set(texts)) == 5
+
+    def draw() -> list[str]:
+        return ["".join(chars) for chars in text_continuations(params, shape, TEXT, "x" * 30, 20, 5, Choice(1.0), 1)]
+
+    texts = draw()
+    assert len(texts) == 5 and all(len(t) == 20 and set(t) <= set(TEXT.symbols) for t in texts)
+    assert len(set(texts)) == 5
+    monkeypatch.setattr(generation, "BATCH_BYTES", 2 * row_bytes(shape) + 2 * 8 * 20)  # two rows a batch
+    assert batch_rows(shape, 20) == 2
+    smaller = draw()  # three batches: the same rng drawn in other shapes gives other texts, all complete
+    assert len(smaller) == 5 and all(len(t) == 20 for t in smaller) and smaller == draw()
 
 
 @pytest.mark.parametrize(("kwargs", "fragment"), [
