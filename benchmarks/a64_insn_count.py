@@ -38,6 +38,7 @@ Usage (from the repository root; prints progress on stderr and the README's Mark
   python benchmarks/a64_insn_count.py                      # every built backend at d64 and d128
   python benchmarks/a64_insn_count.py --backends sme2_f32 --d-models 64 --shapes 27:16:1 --functions --check
   A64_LANE_ONLY=neon python benchmarks/a64_insn_count.py --backends neon   # build only neon (lib.sh)
+  python benchmarks/a64_insn_count.py --smoke [--site DIR]  # neon at d16: proves the script runs
 """
 
 from __future__ import annotations
@@ -74,6 +75,7 @@ BACKENDS = {
 }
 DEFAULT_BACKENDS = ("neon", "sme2_f32", "sme2_f16")
 DEFAULT_SHAPES = "27:16:1,64:32:2"  # vocab:context:n_layers: the seed's names model, and a larger one
+SMOKE: dict[str, object] = {"backends": "neon", "d_models": "16", "shapes": "27:16:1", "batch": 2}  # --smoke
 OTHER = "other"
 PHASES = ("forward", "backward", "weight operands", "Adam", OTHER)
 KINDS = ("SME/SVE", "Neon/FP", "ld/st", "scalar")
@@ -125,13 +127,23 @@ class Lane:
     build_py: Path
 
     @classmethod
-    def find(cls) -> Lane:
+    def locate(cls) -> Lane:
+        """Where the lane's cache is ($A64_LANE_DIR, as for the lane), whether or not it is there."""
         root = Path(os.environ.get("A64_LANE_DIR", REPO / ".a64lane"))
-        lane = cls(root, root / "qemu/usr/bin/qemu-aarch64", root / "sysroot", root / "buildenv/bin/python")
-        for need in (lane.qemu, lane.sysroot, lane.build_py):
-            if not need.exists():
-                sys.exit(f"a64_insn_count: {need} missing: run `bash tools/a64lane/run.sh` once "
-                         f"(A64_LANE_DIR={root})")
+        return cls(root, root / "qemu/usr/bin/qemu-aarch64", root / "sysroot", root / "buildenv/bin/python")
+
+    def missing(self) -> str | None:
+        """Why this cache cannot count instructions, or None when it can."""
+        need = next((p for p in (self.qemu, self.sysroot, self.build_py) if not p.exists()), None)
+        if need is None:
+            return None
+        return f"{need} missing: run `bash tools/a64lane/run.sh` once (A64_LANE_DIR={self.dir})"
+
+    @classmethod
+    def find(cls) -> Lane:
+        lane = cls.locate()
+        if problem := lane.missing():
+            sys.exit(f"a64_insn_count: {problem}")
         return lane
 
 
@@ -362,9 +374,12 @@ def tool(*names: str) -> str:
     sys.exit(f"a64_insn_count: {names[0]} not found (apt install llvm-19)")
 
 
-def build_libraries(lane: Lane, out: Path) -> None:
-    """The libraries exactly as the lane builds them: through each setup.py, cross-compiled."""
+def build_libraries(lane: Lane, out: Path, only: str | None = None) -> None:
+    """The libraries exactly as the lane builds them: through each setup.py, cross-compiled (`only`: a comma
+    list of backend directories, as A64_LANE_ONLY)."""
     env = {**os.environ, "SITE": str(out), "A64_LANE_DIR": str(lane.dir)}
+    if only and not env.get("A64_LANE_ONLY"):
+        env["A64_LANE_ONLY"] = only
     subprocess.run(["bash", str(REPO / "tools/a64lane/build.sh")], check=True, env=env, stdout=subprocess.DEVNULL)
 
 
@@ -456,7 +471,7 @@ def find_library(site: Path, backend: str) -> Path | None:
     return found[0] if found else None
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--backends", help=f"comma-separated, of {', '.join(BACKENDS)} (default: "
                         f"{', '.join(DEFAULT_BACKENDS)} and any other that this checkout builds)")
@@ -470,7 +485,12 @@ def main() -> int:
     parser.add_argument("--check", action="store_true",
                         help="also count one instruction per block (~5x slower) and require identical counts")
     parser.add_argument("--site", type=Path, help="use libraries already built there (a lane site dir)")
-    args = parser.parse_args()
+    parser.add_argument("--smoke", action="store_true",
+                        help=f"a tiny run that proves the script works: {SMOKE['backends']} at d{SMOKE['d_models']}, "
+                             f"shape {SMOKE['shapes']}, batch {SMOKE['batch']} (builds only that backend)")
+    args = parser.parse_args(argv)
+    if args.smoke:
+        vars(args).update(SMOKE)
     try:
         steps = tuple(int(s) for s in args.steps.split(","))
         d_models = [int(d) for d in args.d_models.split(",")]
@@ -492,7 +512,7 @@ def main() -> int:
         site = args.site or work / "site"
         if args.site is None:
             progress("building the libraries through their setup.py (the lane's build stage) ...")
-            build_libraries(lane, site)
+            build_libraries(lane, site, only="neon" if args.smoke else None)
         driver = build_driver(work)
         libraries = {b: find_library(site, b) for b in wanted}
         for backend, library in libraries.items():

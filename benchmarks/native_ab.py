@@ -15,6 +15,7 @@ version 1's) and every library gets the same batches cut to 16 tokens per row, t
     python benchmarks/native_ab.py base/_emg_avx512.so new/_emg_avx512.so --sizes 16 64 --batches 16 256
     python benchmarks/native_ab.py new/_emg_avx512.so new/_emg_avx512_bf16.so --sizes 64 128 --peak 116.9
     python benchmarks/native_ab.py new/_emg_avx512.so --sizes 64 128 --n-layers 2 --context 32
+    python benchmarks/native_ab.py new/_emg_avx512.so new/_emg_avx512.so --smoke   # seconds: proves it runs
 """
 
 from __future__ import annotations
@@ -141,7 +142,7 @@ def run_cell(libs: list[str], shape: ModelShape, batch: int, data: Dataset, roun
     return [(t, statistics.mean(flops)) for t in times]
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("libs", nargs="+", help="shared libraries; ratios are against the first")
     parser.add_argument("--sizes", type=int, nargs="+", default=[16, 32, 64, 128])
@@ -155,7 +156,12 @@ def main() -> None:
     parser.add_argument("--clock", choices=("cpu", "wall"), default="cpu")
     parser.add_argument("--peak", type=float, default=None, help="FP32 GFLOP/s for the %% of peak column")
     parser.add_argument("--names", default=os.environ.get("EEMICROGPT_DATA", "../shared/data/names.txt"))
-    args = parser.parse_args()
+    parser.add_argument("--smoke", action="store_true",
+                        help="a tiny run that proves the script works (d16, batch 4, 2 short rounds); its timings "
+                             "mean nothing")
+    args = parser.parse_args(argv)
+    if args.smoke:
+        args.sizes, args.batches, args.rounds, args.target_s = [16], [4], 2, 0.001
     v1_rows = any(abi_version(lib) == 1 for lib in args.libs)
     if v1_rows and (args.n_layers, args.vocab, args.context) != (1, NAMES_VOCAB, DEFAULT_CONTEXT):
         parser.error("an ABI version 1 library runs one layer, vocabulary 27 and context 16 only")

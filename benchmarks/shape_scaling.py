@@ -12,6 +12,7 @@ position is a predicted token). The clock is the process's CPU time (`--clock wa
 
     LIB=$(python -c 'from eemicrogpt_backend_x86.libs import library_path; print(library_path("avx512"))')
     python benchmarks/shape_scaling.py "$LIB" --sizes 64 128 --vocab 64 --threads 1 --rounds 15
+    python benchmarks/shape_scaling.py "$LIB" --smoke      # seconds: proves the script runs
 """
 
 from __future__ import annotations
@@ -87,15 +88,15 @@ def measure(lib: str, d_model: int, vocab: int, batch: int, rounds: int, target_
     return cells
 
 
-def measured_peak() -> float | None:
+def measured_peak(seconds: float) -> float | None:
     try:
-        from eemicrogpt_backend_x86.plugin import eemicrogpt_fp32_peak_gflops
+        from eemicrogpt_backend_x86.plugin import eemicrogpt_peak_gflops
     except ImportError:
         return None
-    return eemicrogpt_fp32_peak_gflops(0.5)
+    return eemicrogpt_peak_gflops("fp32", seconds)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("lib", help="a native library (ABI version 2)")
     parser.add_argument("--sizes", type=int, nargs="+", default=[64, 128])
@@ -106,8 +107,13 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--clock", choices=("cpu", "wall"), default="cpu")
     parser.add_argument("--peak", type=float, default=None, help="GFLOP/s for %% of peak (default: measured)")
-    args = parser.parse_args()
-    peak = args.peak if args.peak is not None else measured_peak()
+    parser.add_argument("--smoke", action="store_true",
+                        help="a tiny run that proves the script works (d16, vocab 27, batch 4, 2 short rounds, a "
+                             "short peak measurement); its timings mean nothing")
+    args = parser.parse_args(argv)
+    if args.smoke:
+        args.sizes, args.vocab, args.batch, args.rounds, args.target_s = [16], 27, 4, 2, 0.001
+    peak = args.peak if args.peak is not None else measured_peak(0.02 if args.smoke else 0.5)
     clock = time.process_time if args.clock == "cpu" else time.perf_counter
     print(f"library {args.lib}; clock {args.clock}; batch {args.batch}; threads {args.threads}; vocab {args.vocab}; "
           f"peak {f'{peak:.1f} GFLOP/s' if peak else 'unknown'}; load average {os.getloadavg()[0]:.2f}")

@@ -1,6 +1,7 @@
 """Local sweep executor: N workers against 1 on a fixed-steps sweep, and the per-run overhead.
 
     python benchmarks/sweep_scaling.py [--runs 8] [--steps 4000] [--d-model 16] [--repeats 2] [--data names.txt]
+    python benchmarks/sweep_scaling.py --smoke     # seconds: 2 runs of 3 steps on 2 workers, proves it runs
 
 Speed-up: wall time of the whole sweep with 1 worker over wall time with N (default: one per physical core);
 target >= 0.9 N. Fixed steps, so both sweeps do the same work; each repeat runs 1 worker and N workers back to
@@ -46,7 +47,7 @@ def timed_sweep(spec_data: dict, workers: int, data: str | None) -> tuple[float,
     return wall, outcome.rows
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=8)
     parser.add_argument("--steps", type=int, default=4000)
@@ -55,7 +56,12 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--workers", type=int, default=None, help="N (default: one per physical core)")
     parser.add_argument("--data", default=os.environ.get(ENV_VAR))
-    args = parser.parse_args()
+    parser.add_argument("--smoke", action="store_true",
+                        help="a tiny run that proves the script works (2 runs of 3 steps, 1 repeat, 2 workers); "
+                             "its timings mean nothing")
+    args = parser.parse_args(argv)
+    if args.smoke:
+        args.runs, args.steps, args.repeats, args.workers = 2, 3, 1, 2
     n = args.workers or len(physical_cores())
     base = {"d_model": args.d_model, "backend": args.backend, "log_every": max(args.steps // 4, 1),
             "steps": args.steps}

@@ -9,6 +9,7 @@ auto within 10% of the better of 1 and 2 threads; quiet, within 3% of 2 threads.
 
     python benchmarks/threads_auto.py                       # d64, batch 16, 4,000 steps, avx512 or avx2
     python benchmarks/threads_auto.py --d-model 16 --steps 20000 --rounds 3
+    python benchmarks/threads_auto.py --smoke      # seconds: proves the script runs (the busy loop included)
 """
 
 from __future__ import annotations
@@ -63,14 +64,19 @@ def timed_run(cfg: TrainConfig, threads: int | None) -> tuple[float, list[str]]:
     return result.us_per_step, reporter.picks
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--d-model", type=int, default=64)
     parser.add_argument("--steps", type=int, default=4000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--backend", default="auto")
     parser.add_argument("--data", default=os.environ.get("EEMICROGPT_DATA", "../shared/data/names.txt"))
-    args = parser.parse_args()
+    parser.add_argument("--smoke", action="store_true",
+                        help="a tiny run that proves the script works (d16, 5 steps, 1 round); its timings mean "
+                             "nothing")
+    args = parser.parse_args(argv)
+    if args.smoke:
+        args.d_model, args.steps, args.rounds = 16, 5, 1
     cpus = sorted(os.sched_getaffinity(0))
     if len(cpus) < 2:
         parser.error("needs at least 2 CPUs in the affinity mask")

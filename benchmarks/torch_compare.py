@@ -1,7 +1,7 @@
 """Side by side: an idiomatic PyTorch implementation of the eemicrogpt model against our backends.
 
 Batch 16, float32. PyTorch runs autograd with torch.optim.Adam (betas 0.85/0.99, eps 1e-8) over padded
-[B, 16] batches (padding ignored by the loss, causal mask), which is how one would write it, in its best
+[B, context] batches (padding ignored by the loss, causal mask), which is how one would write it, in its best
 configuration per size: every combination of 1 or --threads threads, fused or plain Adam, eager or
 torch.compile is timed first (a short tuning run each, after a warm-up that includes compiling) and the
 fastest takes part. The backends run the same steps on the same batches from the same initial parameters,
@@ -9,8 +9,12 @@ with --threads threads where they can split a step. Rounds interleave the conten
 machine noise hits all alike; the table reports median us/step per size, torch's chosen configuration and
 each backend's speed-up over it.
 
+The torch model is the module `eemicrogpt export --format torch` loads into (tools/torch_model.py) with
+F.cross_entropy on top, so it follows the model's shape (layers, vocabulary, context) as the core does.
+
     python benchmarks/torch_compare.py                 # d16..d128, avx512 and numpy_ref vs torch's best
     python benchmarks/torch_compare.py --sizes 16 32 --rounds 9 --threads 2 --no-compile --json
+    python benchmarks/torch_compare.py --smoke --backends numpy_ref   # seconds: proves the script runs
 """
 
 from __future__ import annotations
@@ -39,11 +43,14 @@ from eemicrogpt_core.backends.backend import TrainState  # noqa: E402
 from eemicrogpt_core.backends.registry import load_registry, open_session  # noqa: E402
 from eemicrogpt_core.data.names import BatchSampler, encode, read_names  # noqa: E402
 from eemicrogpt_core.model.optim import ADAM_BETA1, ADAM_BETA2, ADAM_EPS, lr_schedule  # noqa: E402
-from eemicrogpt_core.model.shape import MAX_SEQ, RMS_EPS, VOCAB, ModelShape, default_heads, init_params, views  # noqa: E402
+from eemicrogpt_core.model.shape import ModelShape, default_heads, init_params, views  # noqa: E402
+from eemicrogpt_core.model.vocab import Vocabulary  # noqa: E402
+from eemicrogpt_core.tools.torch_model import to_torch  # noqa: E402
 
 DEFAULT_NAMES = Path(__file__).resolve().parents[2] / "shared" / "data" / "names.txt"
 STEPS_PER_ROUND = {16: 40, 32: 30, 64: 12, 128: 4}  # per contender per round: a few ms to ~0.1 s each
 TUNING_REPEATS = 3  # timed runs of one round's steps per torch configuration (median kept)
+SMOKE_STEPS_PER_ROUND = 2  # --smoke: enough to run every code path, too few to time anything
 
 
 def _torch():
@@ -115,55 +122,34 @@ def tune_torch(torch, shape: ModelShape, params: np.ndarray, idx, tgt, lrs: np.n
 
 
 def build_torch_model(torch, shape: ModelShape, params: np.ndarray):
-    """The model as a PyTorch user would write it; weights copied from our flat parameter buffer."""
-    nn, F = torch.nn, torch.nn.functional
-    d, nh, hd = shape.d_model, shape.n_heads, shape.head_dim
+    """The exported model's module (tools/torch_model.py) holding `params`, with the loss a user adds."""
+    F = torch.nn.functional
 
-    def rms(x):
-        return x * torch.rsqrt((x * x).mean(-1, keepdim=True) + RMS_EPS)
-
-    class TinyGPT(nn.Module):
+    class WithLoss(torch.nn.Module):
         def __init__(self) -> None:
             super().__init__()
-            self.tok_emb = nn.Embedding(VOCAB, d)
-            self.pos_emb = nn.Embedding(MAX_SEQ, d)
-            self.wq, self.wk, self.wv, self.wo = (nn.Linear(d, d, bias=False) for _ in range(4))
-            self.fc1, self.fc2 = nn.Linear(d, 4 * d, bias=False), nn.Linear(4 * d, d, bias=False)
-            self.lm_head = nn.Linear(d, VOCAB, bias=False)
-            self.register_buffer("causal", torch.tril(torch.ones(MAX_SEQ, MAX_SEQ, dtype=torch.bool)))
+            self.gpt = to_torch(params, shape)
 
         def forward(self, idx, targets):
-            b, t = idx.shape
-            x = rms(self.tok_emb(idx) + self.pos_emb(torch.arange(t)))
-            h = rms(x)
-            q, k, v = (w(h).view(b, t, nh, hd).transpose(1, 2) for w in (self.wq, self.wk, self.wv))
-            att = (q @ k.transpose(-2, -1)) / hd**0.5
-            att = att.masked_fill(~self.causal[:t, :t], float("-inf")).softmax(-1)
-            x = x + self.wo((att @ v).transpose(1, 2).reshape(b, t, d))
-            x = x + self.fc2(F.relu(self.fc1(rms(x))))
-            logits = self.lm_head(x)
-            return F.cross_entropy(logits.view(-1, VOCAB), targets.view(-1), ignore_index=-1)
+            logits = self.gpt(idx)
+            return F.cross_entropy(logits.reshape(-1, shape.vocab), targets.reshape(-1), ignore_index=-1)
 
-    model = TinyGPT()
-    load_weights(torch, model, shape, params)
-    return model
+    return WithLoss()
 
 
 def load_weights(torch, model, shape: ModelShape, params: np.ndarray) -> None:
-    """Copy our flat parameter buffer into the module's weights."""
-    w = views(shape, params)
+    """Copy our flat parameter buffer into the module's weights (named as in the layout: layers.0.Wq, ...)."""
     with torch.no_grad():
-        for module, name in [(model.tok_emb, "tok_emb"), (model.pos_emb, "pos_emb"), (model.wq, "Wq"),
-                             (model.wk, "Wk"), (model.wv, "Wv"), (model.wo, "Wo"), (model.fc1, "Wf1"),
-                             (model.fc2, "Wf2"), (model.lm_head, "Wlm")]:
-            module.weight.copy_(torch.from_numpy(w[name].copy()))
+        for name, w in views(shape, params).items():
+            model.gpt.get_parameter(name).copy_(torch.from_numpy(w.copy()))
 
 
 def torch_batches(torch, tokens: np.ndarray, lengths: np.ndarray):
-    """Inputs [n, B, 15] and targets with -1 on padding (ignored by the loss)."""
+    """Inputs [n, B, context] and targets with -1 on padding (ignored by the loss): a row of `length` tokens
+    has length - 1 predictions."""
     idx = torch.from_numpy(tokens[:, :, :-1].astype(np.int64))
     tgt = torch.from_numpy(tokens[:, :, 1:].astype(np.int64))
-    live = torch.arange(MAX_SEQ - 1)[None, None, :] <= torch.from_numpy(lengths.astype(np.int64))[..., None] - 2
+    live = torch.arange(tokens.shape[2] - 1)[None, None, :] <= torch.from_numpy(lengths.astype(np.int64))[..., None] - 2
     return idx, tgt.masked_fill(~live, -1)
 
 
@@ -226,7 +212,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile trials (slow to compile)")
     ap.add_argument("--names", type=Path, default=DEFAULT_NAMES)
     ap.add_argument("--json", action="store_true", help="print JSON instead of the table")
+    ap.add_argument("--smoke", action="store_true",
+                    help="a tiny run that proves the script works (d16, 2 rounds of 2 steps, 1 thread, eager torch); "
+                         "its timings mean nothing")
     args = ap.parse_args(argv)
+    if args.smoke:
+        args.sizes, args.rounds, args.threads, args.no_compile = [16], 2, 1, True
     if args.rounds < 2:
         ap.error("--rounds must be >= 2 (the first round is warm-up)")
     if args.threads < 1:
@@ -236,11 +227,13 @@ def main(argv: list[str] | None = None) -> int:
     torch = _torch()
     configs = [TorchConfig(t, fused, compiled) for t, fused, compiled in itertools.product(
         sorted({1, args.threads}), (False, True), (False,) if args.no_compile else (False, True))]
-    data, _ = encode(read_names(args.names, drop_invalid=True).names)
+    names = read_names(args.names, drop_invalid=True, vocab=Vocabulary.names()).names
     results = []
     for d in args.sizes:
         shape = ModelShape(d, default_heads(d))  # the heads `eemicrogpt bench` uses (8 at d128)
-        steps = STEPS_PER_ROUND.get(d, 4) * args.rounds
+        data, _ = encode(names, Vocabulary.names(), shape.context)
+        per_round = SMOKE_STEPS_PER_ROUND if args.smoke else STEPS_PER_ROUND.get(d, 4)
+        steps = per_round * args.rounds
         batches = BatchSampler(data, args.batch, seed=1234, stream=7).sample(steps)
         lrs = lr_schedule(1, steps, steps, 0.003)
         results.append(compare(torch, shape, batches, lrs, args.backends, args.rounds, args.threads, configs))

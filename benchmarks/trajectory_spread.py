@@ -3,6 +3,7 @@ land from numpy_ref float64 in windows restarted from the reference's states and
 
     python benchmarks/trajectory_spread.py avx512,avx2,numpy_ref:float32
     OPENBLAS_CORETYPE=Haswell python benchmarks/trajectory_spread.py numpy_ref:float32   # other BLAS kernels
+    python benchmarks/trajectory_spread.py numpy_ref:float32 --smoke   # seconds: d16, a 20-step run
 
 Inputs, windows and learning rates are the kit's defaults (eemicrogpt_core.kit.conformance.BackendConformance).
 docs/testing-trajectories.md records the figures and the bounds derived from them.
@@ -44,12 +45,18 @@ def spread(kit: BackendConformance, backend: str, dtype: str, d_model: int) -> s
             f" (step {int(step.argmax()) + 1})")
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("backends", help="comma list of NAME or NAME:DTYPE (default dtype float32)")
     parser.add_argument("--d-models", default="16,32,64,128")
-    args = parser.parse_args()
+    parser.add_argument("--smoke", action="store_true",
+                        help="a tiny run that proves the script works (d16, 20 steps, two 5-step windows); its "
+                             "figures are not the kit's")
+    args = parser.parse_args(argv)
     kit = BackendConformance()
+    if args.smoke:
+        args.d_models = "16"
+        kit.trajectory_steps, kit.trajectory_windows, kit.trajectory_window_steps = 20, 2, 5
     for d_model in (int(d) for d in args.d_models.split(",")):
         for item in args.backends.split(","):
             name, dtype = [*item.split(":"), "float32"][:2]

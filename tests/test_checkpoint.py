@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from legacy_checkpoint import read_meta, write_format_2, write_members
 
-from eemicrogpt_core.backends.backend import TrainState
+from eemicrogpt_core.backends.backend import STATE_ARRAYS, TrainState
 from eemicrogpt_core.base.errors import CheckpointError
 from eemicrogpt_core.data.names import BatchSampler, encode
 from eemicrogpt_core.model.shape import ModelShape, views
@@ -43,7 +43,7 @@ def test_round_trip_is_exact(tmp_path: Path, dtype: type) -> None:
     path = tmp_path / "checkpoint.npz"
     save_checkpoint(path, ckpt)
     back = load_checkpoint(path)
-    for name in ("params", "adam_m", "adam_v"):
+    for name in STATE_ARRAYS:
         original, loaded = getattr(ckpt.state, name), getattr(back.state, name)
         assert loaded.dtype == dtype and np.array_equal(original, loaded)
     assert back.state.step == 37 and back.total_steps == 100
@@ -145,7 +145,7 @@ def test_format_2_loads_as_a_to_z_one_layer_context_15(tmp_path: Path) -> None:
     back = load_checkpoint(path)
     assert back.vocab == NAMES and back.shape == ModelShape(16, 4, n_layers=1, vocab=27, context=15)
     assert back.config.context == 15 and back.config.n_layers == 1
-    for name in ("params", "adam_m", "adam_v"):  # the 16th row is dropped, every other value kept exactly
+    for name in STATE_ARRAYS:  # the 16th row is dropped, every other value kept exactly
         assert np.array_equal(getattr(back.state, name), getattr(ckpt.state, name)), name
     assert back.state.step == 37 and back.total_steps == 100 and back.recent_losses == [2.5, 2.25]
     assert back.versions == {"eemicrogpt": "0.1.0"}

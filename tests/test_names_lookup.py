@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -41,6 +42,7 @@ def test_verified_cache_is_found(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     cache = tmp_path / "cache"
     cache.mkdir()
     (cache / "names.txt").write_bytes(b"anna\nbob\n")
-    monkeypatch.setattr(datafile, "DEFAULT_SHA256", datafile.sha256_of(b"anna\nbob\n"))
+    verified = dataclasses.replace(datafile.NAMES, sha256=datafile.sha256_of(b"anna\nbob\n"))
+    monkeypatch.setattr(datafile, "NAMES", verified)
     path, _ = find_names_file([tmp_path / "absent.txt"], env={CACHE_ENV_VAR: str(cache)})
     assert path == cache / "names.txt"

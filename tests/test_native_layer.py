@@ -106,7 +106,7 @@ def test_constants_match_the_python_side(c_facts: list[list[str]]) -> None:
     assert int(c["MAX_VOCAB"]) == abi.MAX_VOCAB == 256
     assert int(c["MAX_CONTEXT"]) == abi.MAX_CONTEXT == 64
     assert int(c["MAX_LAYERS"]) == abi.MAX_LAYERS == 8
-    assert int(c["MAX_BATCH"]) == abi.MAX_NATIVE_BATCH == native.MAX_BATCH  # native.MAX_BATCH: the old name
+    assert int(c["MAX_BATCH"]) == abi.MAX_NATIVE_BATCH
     # the C constants are float literals printed with 9 digits (enough to round-trip a float32)
     for name, value in (("RMS_EPS", model.RMS_EPS), ("ADAM_BETA1", optim.ADAM_BETA1),
                         ("ADAM_BETA2", optim.ADAM_BETA2), ("ADAM_EPS", optim.ADAM_EPS)):

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from cli_errors import one_line_error
 from legacy_checkpoint import read_meta, rewrite_run_as_format_2
 from typer.testing import CliRunner
 
@@ -38,15 +39,6 @@ DATASETS: dict[str, list[str]] = {
 
 def run(*args: str) -> Any:
     return RUNNER.invoke(cli.app, list(args), env={"EEMICROGPT_BACKEND": None, "EEMICROGPT_DATA": None})
-
-
-def one_line_error(result: Any, *fragments: str) -> str:
-    assert result.exit_code == 2, result.output
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("eemicrogpt: error: "), result.stderr
-    for fragment in fragments:
-        assert fragment in lines[0], lines[0]
-    return lines[0]
 
 
 def write_names(path: Path, names: list[str]) -> Path:

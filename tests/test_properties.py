@@ -20,7 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from eemicrogpt_core.backends.backend import TrainState
+from eemicrogpt_core.backends.backend import STATE_ARRAYS, TrainState
 from eemicrogpt_core.base.errors import CheckpointError, ConfigError, DataError
 from eemicrogpt_core.data.names import BatchSampler, encode, parse_names, read_names, sampler_state_problem
 from eemicrogpt_core.model.shape import DEFAULT_CONTEXT
@@ -180,7 +180,7 @@ def _load_or_refuse(path: Path) -> Checkpoint | None:
     except CheckpointError as e:
         assert str(e).startswith((str(path), "checkpoint not found")) and "\n" not in str(e)
         return None
-    for name in ("params", "adam_m", "adam_v"):
+    for name in STATE_ARRAYS:
         array = getattr(ckpt.state, name)
         assert array.shape == (ckpt.shape.n_params,) and np.all(np.isfinite(array))
     assert ckpt.shape.vocab == ckpt.vocab.size and ckpt.shape.context == ckpt.config.context

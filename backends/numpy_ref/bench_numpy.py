@@ -1,6 +1,7 @@
-"""Median us/step of numpy_ref at d_model 16/32/64/128, batch 16, on real names (or seeded synthetic ones).
+"""Median us/step of numpy_ref at d_model 16/32/64/128, batch 16, on the names file the conformance kit reads.
 
     python backends/numpy_ref/bench_numpy.py [--steps-per-call 20] [--repeats 15] [--dtype float32]
+    python backends/numpy_ref/bench_numpy.py --smoke     # seconds: d16, 2 calls of 2 steps, proves it runs
 
 BLAS threading is pinned to one thread (set before numpy loads) because these matrices are too small to
 split; pass --threads N to override.
@@ -22,7 +23,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--dtype", default="float32", choices=("float32", "float64"))
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--smoke", action="store_true",
+                        help="a tiny run that proves the script works (d16, 2 calls of 2 steps); its timings "
+                             "mean nothing")
     args = parser.parse_args(argv)
+    if args.smoke:
+        args.d_models, args.steps_per_call, args.warmup, args.repeats = "16", 2, 1, 1
     for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[var] = str(args.threads)
 
@@ -33,11 +39,11 @@ def main(argv: list[str] | None = None) -> int:
     from eemicrogpt_backend_numpy.session import NumpySession
 
     from eemicrogpt_core.backends.backend import TrainState
-    from eemicrogpt_core.kit.conformance import load_names, make_batches
+    from eemicrogpt_core.kit.conformance import load_names, make_batches, names_file
     from eemicrogpt_core.model.shape import ModelShape, init_params
 
     names = load_names()
-    print(f"data: {'names.txt' if names.real else 'synthetic names'}, batch {args.batch}, {args.dtype}")
+    print(f"data: {names_file()} ({len(names.names):,} names), batch {args.batch}, {args.dtype}")
     print(f"{'d_model':>8} {'us/step':>10} {'min':>10} {'steps/s':>9}")
     n = args.steps_per_call
     for d_model in (int(x) for x in args.d_models.split(",")):

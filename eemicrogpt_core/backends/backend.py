@@ -48,6 +48,10 @@ class TrainState:
         return TrainState(self.params.copy(), self.adam_m.copy(), self.adam_v.copy(), self.step)
 
 
+# The names of TrainState's arrays, in field order: checks, checkpoints and the kits loop over these.
+STATE_ARRAYS = ("params", "adam_m", "adam_v")
+
+
 @runtime_checkable
 class BackendSession(Protocol):
     """A live backend instance for one model shape. Inputs arrive already validated by the core.

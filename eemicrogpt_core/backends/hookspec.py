@@ -24,13 +24,12 @@ def eemicrogpt_backends() -> Iterable[BackendSpec]:  # type: ignore[empty-body] 
     """
 
 
-@hookspec(firstresult=True)
+@hookspec(firstresult=True, warn_on_impl=DeprecationWarning(
+    "eemicrogpt_fp32_peak_gflops is no longer called: implement eemicrogpt_peak_gflops(precision, seconds)"))
 def eemicrogpt_fp32_peak_gflops(seconds: float) -> float | None:
-    """Optional: measure this core's single-thread FP32 FMA peak in GFLOP/s (used by `eemicrogpt bench`).
-
-    A native plugin that ships a microbenchmark for the host ISA implements it; None means "cannot here".
-    The core asks only the plugin of the highest-scoring available backend (registry.peak_gflops), so no
-    other plugin can replace the figure "% of peak" is computed against.
+    """Superseded by eemicrogpt_peak_gflops("fp32", seconds) and never called. Still declared because the
+    registry rejects a plugin implementing an undeclared hook (a misspelling), and a plugin built against an
+    earlier core must keep loading; implementing it only earns a DeprecationWarning.
     """
 
 
@@ -39,6 +38,5 @@ def eemicrogpt_peak_gflops(precision: str, seconds: float) -> float | None:
     """Optional: this core's single-thread peak GFLOP/s in `precision` ("fp32": FMA; "bf16": the bf16 dot
     products, e.g. VDPBF16PS, counting 2 flops per multiply-add; "fp16": fp16 FMA), for `eemicrogpt bench`'s
     "% of peak", which compares each backend with the peak of what it computes in. None: cannot measure here.
-    Asked only of the plugin of the highest-scoring available backend of that precision; a plugin without
-    it is asked eemicrogpt_fp32_peak_gflops for fp32.
+    Asked only of the plugin of the highest-scoring available backend of that precision.
     """

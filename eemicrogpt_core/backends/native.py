@@ -18,14 +18,13 @@ from typing import Any
 import cffi
 import numpy as np
 
-from ..base.abi import ABI_VERSION, MAX_NATIVE_BATCH, get_include, header_constant, header_text, status_codes
+from ..base.abi import ABI_VERSION, get_include, header_constant, header_text, status_codes
 from ..base.errors import NonFiniteError
 from ..model.shape import ModelShape
 from .backend import BackendSession, SessionFactory, TrainState
 
 __all__ = [
     "ABI_VERSION",
-    "MAX_BATCH",
     "NativeBackendError",
     "NativeNonFiniteError",
     "find_library",
@@ -37,9 +36,6 @@ __all__ = [
 ]
 
 STATUS = status_codes()  # enum emg_status, read from the header
-# The same number under the name native plugins written against earlier 0.2 cores import (it is in __all__
-# and was the documented spelling): kept so they still load. New code uses abi.MAX_NATIVE_BATCH.
-MAX_BATCH = MAX_NATIVE_BATCH
 _STATUS_MESSAGES = {
     STATUS["EMG_ERR_ARGUMENT"]: "invalid argument",
     STATUS["EMG_ERR_UNSUPPORTED"]: "unsupported shape or CPU",

@@ -486,6 +486,4 @@ def peak_gflops(registry: BackendRegistry, seconds: float = 0.3, precision: str 
         return None
     value = _call_peak_hook(registry, "eemicrogpt_peak_gflops", best.plugin,
                             {"precision": precision, "seconds": seconds})
-    if value is None and precision == FP32:
-        value = _call_peak_hook(registry, "eemicrogpt_fp32_peak_gflops", best.plugin, {"seconds": seconds})
     return None if value is None else Peak(value, f"{best.distribution} (plugin of {best.name})")

@@ -16,9 +16,7 @@ import numpy as np
 
 from ..base.errors import BackendOutputError
 from ..model.shape import ModelShape
-from .backend import BackendSession, TrainState
-
-STATE_ARRAYS = ("params", "adam_m", "adam_v")
+from .backend import STATE_ARRAYS, BackendSession, TrainState
 
 
 def _kind(value: object) -> str:

@@ -11,7 +11,7 @@ import numpy as np
 
 from ..base.errors import BatchError
 from ..model.shape import ModelShape
-from .backend import BackendSession, ThreadedSession, TrainState
+from .backend import STATE_ARRAYS, BackendSession, ThreadedSession, TrainState
 
 
 def _require_array(value: object, name: str, dtype: type, ndim: int) -> np.ndarray:
@@ -62,7 +62,7 @@ def validate_lrs(lrs: object, n: int) -> None:
 def validate_state(state: object, shape: ModelShape) -> None:
     if not isinstance(state, TrainState):
         raise BatchError(f"state must be a TrainState, got {type(state).__name__}")
-    for name in ("params", "adam_m", "adam_v"):
+    for name in STATE_ARRAYS:
         array = getattr(state, name)
         if not isinstance(array, np.ndarray) or array.shape != (shape.n_params,):
             got = getattr(array, "shape", type(array).__name__)

@@ -18,6 +18,7 @@ from ..base.errors import DataError
 from ..model.vocab import Vocabulary, _show
 from .names_reader import read_name_lines
 
+TRAIN_STREAM = 2  # seed streams: 1 is the split, 2 the training batches, others are free for tools
 PAD = 0  # value of padding positions; backends never read them, a fixed value keeps inputs identical
 
 
@@ -43,6 +44,17 @@ class Dataset:
 
     def subset(self, index: np.ndarray) -> Dataset:
         return Dataset(self.tokens[index], self.lengths[index])
+
+    def sampler(self, batch: int, seed: int, stream: int = TRAIN_STREAM) -> BatchSampler:
+        return BatchSampler(self, batch, seed, stream)
+
+    def batches(self, batch: int, max_batches: int, seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Validation batches (the seed is not needed: the split already shuffled the names)."""
+        return fixed_batches(self, batch, max_batches)
+
+    def all_batches(self, batch: int) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Every name in order, `batch` a batch, the last batch possibly smaller (eval)."""
+        return [(self.tokens[i : i + batch], self.lengths[i : i + batch]) for i in range(0, len(self), batch)]
 
 
 def clean_name(raw: str, *, lowercase: bool = False) -> str:
@@ -148,22 +160,20 @@ def split(data: Dataset, val_fraction: float, seed: int) -> Split:
     return Split(data.subset(order[n_val:]), data.subset(order[:n_val]))
 
 
-class BatchSampler:
-    """Uniform sampling with replacement, as the seed; the generator state makes resumes exact."""
+class SeededSampler:
+    """A batch sampler's seeded generator: its state is what a checkpoint keeps, so resumes are exact."""
 
-    TRAIN_STREAM = 2  # seed streams: 1 is the split, 2 the training batches, others are free for tools
+    TRAIN_STREAM = TRAIN_STREAM
 
-    def __init__(self, data: Dataset, batch: int, seed: int, stream: int = TRAIN_STREAM) -> None:
+    def __init__(self, batch: int, seed: int, stream: int = TRAIN_STREAM) -> None:
         if batch < 1:
             raise DataError(f"batch must be >= 1, got {batch}")
-        self.data = data
         self.batch = batch
         self.rng = np.random.default_rng([seed, stream])
 
     def sample(self, n: int) -> tuple[np.ndarray, np.ndarray]:
         """n batches: tokens uint8 [n, B, context + 1], lengths uint8 [n, B]."""
-        index = self.rng.integers(0, len(self.data), size=(n, self.batch))
-        return self.data.tokens[index], self.data.lengths[index]
+        raise NotImplementedError
 
     def get_state(self) -> dict[str, Any]:
         return dict(self.rng.bit_generator.state)
@@ -177,6 +187,18 @@ class BatchSampler:
                 problem = str(e)
         if problem is not None:
             raise DataError(f"invalid sampler state: {problem}")
+
+
+class BatchSampler(SeededSampler):
+    """Uniform sampling of names with replacement, as the seed."""
+
+    def __init__(self, data: Dataset, batch: int, seed: int, stream: int = SeededSampler.TRAIN_STREAM) -> None:
+        super().__init__(batch, seed, stream)
+        self.data = data
+
+    def sample(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        index = self.rng.integers(0, len(self.data), size=(n, self.batch))
+        return self.data.tokens[index], self.data.lengths[index]
 
 
 def _is_int(value: object) -> bool:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,13 +33,25 @@ class NameLines:
     sha256: str  # of the file's bytes, BOM included: the fingerprint checkpoints keep
 
 
-def _open(path: Path) -> int:
+def open_bounded(path: Path, what: str, max_bytes: int, too_big: Callable[[str], DataError]) -> int:
+    """A descriptor of the file `what` ("names file", "text file") at path, refused when it is missing, a
+    directory, or a regular file of more than max_bytes (too_big(size) says so) before a byte is read."""
     try:
-        return os.open(path, os.O_RDONLY)
+        fd = os.open(path, os.O_RDONLY)
     except FileNotFoundError:
-        raise DataError(f"names file not found: {path}") from None
+        raise DataError(f"{what} not found: {path}") from None
     except OSError as e:
-        raise DataError(f"cannot read names file {path}: {e.strerror or e}; check the path and permissions") from None
+        raise DataError(f"cannot read {what} {path}: {e.strerror or e}; check the path and permissions") from None
+    try:
+        info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):
+            raise DataError(f"{what} {path} is a directory; give the path of a file")
+        if stat.S_ISREG(info.st_mode) and info.st_size > max_bytes:
+            raise too_big(f"{info.st_size:,} bytes")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def _too_big(path: Path, size: str, max_bytes: int) -> DataError:
@@ -61,13 +74,8 @@ def read_name_lines(path: str | Path, *, max_bytes: int = MAX_FILE_BYTES,
     unreadable, larger than max_bytes, has a line longer than max_line_bytes (its "\\n" not counted) or is not
     UTF-8 (each naming the file and, where it applies, the line)."""
     path = Path(path)
-    fd = _open(path)
+    fd = open_bounded(path, "names file", max_bytes, lambda size: _too_big(path, size, max_bytes))
     try:
-        info = os.fstat(fd)
-        if stat.S_ISDIR(info.st_mode):
-            raise DataError(f"names file {path} is a directory; give the path of a file")
-        if stat.S_ISREG(info.st_mode) and info.st_size > max_bytes:
-            raise _too_big(path, f"{info.st_size:,} bytes", max_bytes)  # refused before a byte is read
         digest = hashlib.sha256()
         lines: list[str] = []
         pending = b""  # the line being read: at most max_line_bytes + one chunk

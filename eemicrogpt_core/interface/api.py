@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from ..backends.backend import TrainState
 from ..backends.registry import load_registry
 from ..base.errors import ConfigError
 from ..base.paths import user_path
@@ -18,8 +19,9 @@ from ..model.sampling import default_prompt, forward_logits, sample_names, text_
 from ..model.shape import ModelShape
 from ..model.vocab import Vocabulary
 from ..training import runs
-from ..training.checkpoint import load_checkpoint
+from ..training.checkpoint import Checkpoint, load_checkpoint
 from ..training.config import TrainConfig, load_config
+from ..training.evaluation import FileLoss
 from ..training.progress import RichReporter
 from ..training.rundir import RunDir
 from ..training.target import TargetOutcome
@@ -85,6 +87,16 @@ class Run:
             raise ConfigError(f"the text has {len(text)} characters; the model reads {least}..{most} at once "
                               f"(its context is {self.shape.context})")
         return forward_logits(self.params, self.shape, np.array([tokens], dtype=np.int64))[0]
+
+    def eval(self, data: str | Path, backend: str | None = None) -> FileLoss:
+        """Mean loss over a whole file in the run's format (every name of a list, every character of a text):
+        `.loss` in nats, `.bits` per character (per token for lists), as `eemicrogpt eval` prints; the figure
+        the validation line prints when the file is the run's held-out part and it fits in eval_batches."""
+        from ..training.evaluation import evaluate_file
+
+        state = TrainState(self.params, np.zeros_like(self.params), np.zeros_like(self.params), self.step)
+        ckpt = Checkpoint(state, self.total_steps, {}, self.config, self.vocab)
+        return evaluate_file(load_registry(), ckpt, user_path(data, "data"), backend)
 
     def export(self, path: str | Path, format: str = "safetensors") -> Path:
         """Write the weights to a new file (safetensors: tensors by name, shape, config and vocabulary in the

@@ -267,6 +267,23 @@ def sample_cmd(
     print(f"wrote {names:,} names" if ckpt.vocab.with_boundary else f"wrote {chars:,} characters", f"to {target}")
 
 
+@app.command("eval")
+def eval_cmd(
+    run_dir: Annotated[Path, typer.Argument(help="a run directory written by `eemicrogpt train`")],
+    data: Annotated[Path, typer.Option(help="the file to evaluate on, in the run's format (a list, or a text)")],
+    backend: Annotated[str | None, typer.Option(help="backend name or 'auto' (default: $EEMICROGPT_BACKEND, else "
+                                                "the run's)")] = None,
+) -> None:
+    """Mean loss of a trained run over a whole file: every name of a list, every character of a text."""
+    from ..training.evaluation import evaluate_file
+
+    ckpt = load_checkpoint(RunDir.existing(run_dir).checkpoint_path)
+    result = evaluate_file(load_registry(), ckpt, user_path(data, "--data"), backend)
+    per = "character" if result.unit == "characters" else "token"
+    print(f"{data}: loss {result.loss:.4f} nats, {result.bits:.4f} bits per {per} over {result.predictions:,} "
+          f"predictions ({result.items:,} {result.unit}; {result.backend})")
+
+
 @app.command("export")
 def export_cmd(
     run_dir: Annotated[Path, typer.Argument(help="a run directory written by `eemicrogpt train`")],
@@ -373,8 +390,8 @@ def bench_cmd(
     d_model: Annotated[list[int] | None, typer.Option(help="sizes to run (repeatable; default 16 32 64 128)")] = None,
     batch_scaling: Annotated[bool, typer.Option("--batch-scaling", help="batch 1/16/64/256 on the best")] = False,
     loss_at: Annotated[
-        float | None, typer.Option(help="also: best loss within this many seconds per size (the seed's "
-                                   "bpc@1s; on the last --threads value)")
+        float | None, typer.Option(help="also: best loss within this many seconds of training per size "
+                                   "(EEmicroGPT's bpc@1s table; on the last --threads value)")
     ] = None,
     peak_gflops_: Annotated[
         float | None, typer.Option("--peak-gflops", help="one core's FP32 peak to compare against (default: "

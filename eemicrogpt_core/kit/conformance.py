@@ -47,7 +47,7 @@ from typing import Any, ClassVar
 import numpy as np
 import pytest
 
-from ..backends.backend import TrainState
+from ..backends.backend import STATE_ARRAYS, TrainState
 from ..backends.registry import BackendEntry, BackendRegistry, load_registry, open_session
 from ..backends.validate import ValidatedSession
 from ..base.errors import BackendSelectionError, BatchError, NonFiniteError
@@ -576,7 +576,7 @@ class BackendConformance:
             got = session.get_state()
             got.params[:] = 0  # get_state must hand out copies
             again = session.get_state()
-        for name in ("params", "adam_m", "adam_v"):
+        for name in STATE_ARRAYS:
             np.testing.assert_array_equal(getattr(again, name), getattr(state, name), err_msg=name)
         assert again.step == 123
 
@@ -593,7 +593,7 @@ class BackendConformance:
                 runs.append((losses, session.get_state()))
         (first, s1), (second, s2) = runs
         np.testing.assert_array_equal(first, second)
-        for name in ("params", "adam_m", "adam_v"):
+        for name in STATE_ARRAYS:
             np.testing.assert_array_equal(getattr(s1, name), getattr(s2, name), err_msg=name)
         assert s1.step == s2.step == n
 
@@ -619,7 +619,7 @@ class BackendConformance:
         _, want, want_state = runs[0]
         for counts, losses, state in runs[1:]:
             np.testing.assert_array_equal(losses, want, err_msg=f"threads {counts}")
-            for name in ("params", "adam_m", "adam_v"):
+            for name in STATE_ARRAYS:
                 np.testing.assert_array_equal(getattr(state, name), getattr(want_state, name),
                                               err_msg=f"{name}, threads {counts}")
 
@@ -634,7 +634,7 @@ class BackendConformance:
             after = session.get_state()
         assert loss1 == loss2 == loss3
         np.testing.assert_array_equal(grads1, grads3)
-        for name in ("params", "adam_m", "adam_v"):
+        for name in STATE_ARRAYS:
             np.testing.assert_array_equal(getattr(after, name), getattr(state, name), err_msg=name)
         assert after.step == 7
 
@@ -700,7 +700,7 @@ class BackendConformance:
         assert losses.dtype == np.float32 and losses.shape == (2,), f"losses are {losses.dtype} {losses.shape}"
         assert np.all(np.isfinite(losses))
         assert isinstance(state, TrainState), f"get_state returned {type(state).__name__}, not a TrainState"
-        for name in ("params", "adam_m", "adam_v"):
+        for name in STATE_ARRAYS:
             array = getattr(state, name)
             assert isinstance(array, np.ndarray), f"state.{name} is {type(array).__name__}"
             assert array.dtype == np.dtype(self.state_dtype), f"state.{name} is {array.dtype}, not {self.state_dtype}"
@@ -735,7 +735,7 @@ class BackendConformance:
                 print(f"d{d_model}: refused as required: {type(exc).__name__}: {exc}")
                 return
             after = session.get_state()
-        bad = [name for name in ("params", "adam_m", "adam_v") if not np.all(np.isfinite(getattr(after, name)))]
+        bad = [name for name in STATE_ARRAYS if not np.all(np.isfinite(getattr(after, name)))]
         assert not bad, (
             f"train_steps returned normally but left non-finite {', '.join(bad)}; it must raise "
             "(FloatingPointError in Python, EMG_ERR_NONFINITE from native code)"

@@ -120,10 +120,10 @@ class ModelShape:
             pos += rows * cols
         return out
 
-    @property
+    @cached_property
     def n_params(self) -> int:
-        d = self.d_model
-        return 2 * self.vocab * d + self.context * d + 12 * self.n_layers * d * d
+        """The flat buffer's length: the sum over the layout, so it cannot disagree with it."""
+        return sum(rows * cols for rows, cols in self.tensor_shapes.values())
 
     def describe(self) -> str:
         """e.g. 'd64, 4 heads, 2 layers, vocab 27, context 16'."""

@@ -27,6 +27,7 @@ from ..base.atomic import atomic_write_text, remove_stale_temporaries
 from ..base.errors import ConfigError, StorageError, describe_os_error
 from ..data.datafile import resolve_data_path
 from ..data.names import read_names
+from ..data.text import read_text
 from ..model.shape import NAMES_VOCAB
 from ..training.config import resolve_backend
 from ..training.rundir import CHECKPOINT_NAME, LOCK_NAME, lock_directory
@@ -70,15 +71,19 @@ def prepare_runs(spec: SweepSpec, backend: str | None, data: str | None) -> list
     """Expand the spec and resolve backend and names file for every run (the file is read once here, so a
     missing or malformed one fails before anything starts)."""
     runs = expand(spec)
-    data_paths = {}
+    data_paths: dict[tuple[str | None, str], str] = {}
     resolved = []
     for run in runs:
         cfg = run.config
-        if cfg.data not in data_paths:
-            path = resolve_data_path(data, cfg.data)
-            read_names(path, drop_invalid=cfg.drop_invalid)
-            data_paths[cfg.data] = str(path)
-        cfg = dataclasses.replace(cfg, backend=resolve_backend(backend, cfg.backend), data=data_paths[cfg.data])
+        where = (cfg.data, cfg.data_format)
+        if where not in data_paths:
+            path = resolve_data_path(data, cfg.data, data_format=cfg.data_format)
+            if cfg.data_format == "text":
+                read_text(path, lowercase=cfg.lowercase)
+            else:
+                read_names(path, drop_invalid=cfg.drop_invalid)
+            data_paths[where] = str(path)
+        cfg = dataclasses.replace(cfg, backend=resolve_backend(backend, cfg.backend), data=data_paths[where])
         resolved.append(dataclasses.replace(run, config=cfg))
     return resolved
 

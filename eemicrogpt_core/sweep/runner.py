@@ -68,8 +68,8 @@ def _encoded(path: str, mtime_ns: int, drop_invalid: bool, lowercase: bool,
 
 def prepared_data(cfg: TrainConfig, vocab: Vocabulary | None = None) -> PreparedData:
     """What trainer.prepare_data returns, with the file's parsing cached across a worker's fresh runs (a
-    resumed run checks the file against its checkpoint's vocabulary instead)."""
-    if vocab is not None:
+    resumed run checks the file against its checkpoint's vocabulary instead; a text is read each time)."""
+    if vocab is not None or cfg.data_format == "text":
         return prepare_data(cfg, vocab)
     try:
         mtime = os.stat(str(cfg.data)).st_mtime_ns

@@ -2,7 +2,8 @@
 
 safetensors: every tensor under its layout name (tok_emb, pos_emb, layers.0.Wq, ..., Wlm), float32, row-major
 W[out][in]; the metadata holds "eemicrogpt.shape" and "eemicrogpt.config" (JSON) and "eemicrogpt.symbols"
-(a JSON list: token i is symbols[i], the boundary is the last token, len(symbols)). torch: torch.save of
+(a JSON list: token i is symbols[i]; for a list run the boundary is the last token, len(symbols), and a text
+run, data_format text in the config, has none). torch: torch.save of
 {"state_dict", "shape", "symbols"}; eemicrogpt_core.tools.torch_model.load_export rebuilds the module from it.
 
 Files are created new (O_EXCL): an existing file is never replaced.

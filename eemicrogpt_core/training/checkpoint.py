@@ -33,7 +33,7 @@ from typing import IO, Any
 import numpy as np
 
 from .. import __version__
-from ..backends.backend import TrainState
+from ..backends.backend import STATE_ARRAYS, TrainState
 from ..base.atomic import atomic_write_bytes
 from ..base.errors import CheckpointError, ConfigError, DataError
 from ..data.names import sampler_state_problem
@@ -46,7 +46,6 @@ FORMAT = "eemicrogpt-checkpoint"
 VERSION = 3  # 3 added symbols, n_layers and context; 2 added data_sha256 and versions
 READABLE_VERSIONS = (1, 2, 3)
 LEGACY_CONTEXT = 15  # formats 1-2: rows of 16 tokens, boundaries included
-_ARRAYS = ("params", "adam_m", "adam_v")
 _FLOATS = (np.dtype("<f4"), np.dtype("<f8"))
 MAX_META_BYTES = 1 << 20  # the JSON is a few KB; a bigger meta member is not ours
 MAX_RECENT_LOSSES = 100_000
@@ -108,7 +107,7 @@ def save_checkpoint(path: Path, ckpt: Checkpoint) -> None:
         r = ckpt.target_reached
         meta["target_reached"] = {"step": r.step, "seconds": float(r.seconds), "stop": r.stop}
     buf = io.BytesIO()
-    arrays: dict[str, Any] = {name: _float_array(getattr(ckpt.state, name)) for name in _ARRAYS}
+    arrays: dict[str, Any] = {name: _float_array(getattr(ckpt.state, name)) for name in STATE_ARRAYS}
     np.savez(buf, meta=np.array(json.dumps(meta, allow_nan=False)), **arrays)
     atomic_write_bytes(Path(path), buf.getvalue())
 
@@ -216,12 +215,12 @@ def _target_field(meta: dict[str, Any], step: int) -> TargetReached | None:
     return TargetReached(reached, _seconds_field(value.get("seconds"), "target_reached.seconds"), stop)
 
 
-def _vocab_field(meta: dict[str, Any]) -> Vocabulary:
+def _vocab_field(meta: dict[str, Any], config: TrainConfig) -> Vocabulary:
     symbols = meta.get("symbols")
     if not isinstance(symbols, list) or not all(isinstance(ch, str) for ch in symbols):
         raise CheckpointError("symbols must be a list of characters")
     try:
-        return Vocabulary(tuple(symbols))
+        return Vocabulary(tuple(symbols), with_boundary=config.data_format != "text")  # the format decides
     except DataError as e:
         raise CheckpointError(f"damaged symbol table ({e})") from None
 
@@ -234,7 +233,7 @@ def _drop_legacy_position(stored: ModelShape, flat: np.ndarray) -> np.ndarray:
 
 def _read(path: Path) -> Checkpoint:
     with zipfile.ZipFile(path) as zf:
-        missing = [k for k in ("meta", *_ARRAYS) if f"{k}.npy" not in zf.namelist()]
+        missing = [k for k in ("meta", *STATE_ARRAYS) if f"{k}.npy" not in zf.namelist()]
         if missing:
             raise CheckpointError(f"not an eemicrogpt checkpoint (missing {', '.join(missing)})")
         meta = _parse_meta(_meta_text(zf))
@@ -248,7 +247,7 @@ def _read(path: Path) -> Checkpoint:
             config = build_config([(f"{path} (saved config)", saved_config)])
         except ConfigError as e:
             raise CheckpointError(str(e)) from None
-        vocab = Vocabulary.names() if legacy else _vocab_field(meta)
+        vocab = Vocabulary.names() if legacy else _vocab_field(meta, config)
         step, total, sampler_state, recent = _checked(meta)
         try:
             shape = config.model_shape(vocab.size)
@@ -258,7 +257,7 @@ def _read(path: Path) -> Checkpoint:
             if legacy else shape
         n = stored.n_params
         describe = f"for {stored.describe()}"
-        arrays = {name: _read_member(zf, f"{name}.npy", ((n,), _FLOATS), describe) for name in _ARRAYS}
+        arrays = {name: _read_member(zf, f"{name}.npy", ((n,), _FLOATS), describe) for name in STATE_ARRAYS}
         if legacy:
             arrays = {name: _drop_legacy_position(stored, a) for name, a in arrays.items()}
     for name, array in arrays.items():

@@ -33,12 +33,14 @@ from ..base.errors import ConfigError
 from ..model.shape import DEFAULT_CONTEXT, NAMES_VOCAB, ModelShape, ShapeError, default_heads
 
 DTYPES = ("float32", "float64", "float16")
+DATA_FORMATS = ("lines", "text")  # lines: one name (item) per line; text: one stream of characters (data/text.py)
 BACKEND_ENV_VAR = "EEMICROGPT_BACKEND"
 DEFAULT_SOURCE = "built-in default"
 
-# Upper bounds, checked before anything is allocated. The C backends serve d_model 16..128; numpy_ref runs any
-# width, and 1024 (12.6M parameters) is already far beyond what these CPUs train usefully. Steps: the trainer
-# keeps every step's loss of an invocation in memory (4 bytes each), 400 MB at the bound.
+# Upper bounds, checked before anything is allocated. A native backend serves the widths its library declares
+# (emg_supports; `eemicrogpt backends` shows each envelope, at most 256 today); numpy_ref runs any width, and
+# 1024 (12.6M parameters) is already far beyond what these CPUs train usefully. Steps: the trainer keeps every
+# step's loss of an invocation in memory (4 bytes each), 400 MB at the bound.
 MAX_D_MODEL = 1024
 # The largest batch a config may ask for (numpy_ref takes all of it; a native session at most abi.MAX_NATIVE_BATCH).
 MAX_CONFIG_BATCH = 4096
@@ -83,6 +85,7 @@ class Setting:
     check: Callable[[Any], str | None] | None = None  # a rule bounds cannot say: the problem ("must ..."), or None
     flag: str | None = None  # the CLI option when not --key-with-dashes
     on_resume: bool = False  # `train --resume` may change it (the rest is the saved run's)
+    switch: tuple[str, str] | None = None  # (flag, value): a CLI flag that sets the key to value (--text)
 
 
 _SETTING = "eemicrogpt.setting"
@@ -107,14 +110,14 @@ class TrainConfig:
                         "(lr, steps, heads) for the values not given", maximum=MAX_D_MODEL)
     n_heads: int = _key(default_heads(64), "attention heads (must divide d_model, head size >= 4)")
     n_layers: int = _key(1, f"transformer blocks, 1..{MAX_LAYERS}")
-    context: int = _key(DEFAULT_CONTEXT, f"predictions per name (microgpt's block_size), 1..{MAX_CONTEXT}; longer "
-                        "names are truncated")
-    batch: int = _key(16, "names per step", minimum=1, maximum=MAX_CONFIG_BATCH)
+    context: int = _key(DEFAULT_CONTEXT, f"predictions per name or text window (microgpt's block_size), "
+                        f"1..{MAX_CONTEXT}; longer names are truncated")
+    batch: int = _key(16, "names (or text windows) per step", minimum=1, maximum=MAX_CONFIG_BATCH)
     steps: int = _key(40000, "training steps (the LR decays to zero over them)", minimum=1, maximum=MAX_STEPS)
     time_budget: float | None = _key(  # seconds; when set, the steps that fit replace `steps`
         None, "seconds of training (measured by a short warm-up first); the steps that fit replace --steps",
         minimum=0.0, open_minimum=True, maximum=MAX_TIME_BUDGET)
-    # trainer.TargetTracker says exactly which step and which seconds count.
+    # target.py says exactly which step and which seconds count (first_reached, seconds_within).
     target_loss: float | None = _key(
         None, "stop once the train loss (mean of the last 100 steps, as printed) is <= this; the run records "
         "the steps and training seconds it took (--steps or --time-budget still caps the run)",
@@ -123,15 +126,21 @@ class TrainConfig:
     seed: int = _key(42, "seed of init, split and batches", minimum=0, maximum=MAX_SEED)
     backend: str = _key("auto", "backend name or 'auto' (precedence: this flag > $EEMICROGPT_BACKEND > config > "
                         "auto)", check=_named_backend, on_resume=True)
-    data: str | None = _key(None, "names file (precedence: this flag > $EEMICROGPT_DATA > config > cached makemore "
-                            "names.txt)", on_resume=True)
+    data_format: str = _key("lines", "lines: one item (a name) per line, each a sequence of its own; text: the file "
+                            "is one stream of characters, trained on in windows of context + 1 (--text)",
+                            choices=DATA_FORMATS, switch=("--text", "text"))
+    data: str | None = _key(None, "data file (precedence: this flag > $EEMICROGPT_DATA, or $EEMICROGPT_TEXT_DATA for "
+                            "a text > config > the format's default, cached: makemore names.txt or tiny Shakespeare)",
+                            on_resume=True)
     drop_invalid: bool = _key(False, "skip (and count) lines with a control character, or on --resume a character "
                               "outside the run's vocabulary, instead of failing")
     lowercase: bool = _key(False, "fold upper case to lower case before the vocabulary is built")
-    val_fraction: float = _key(0.1, "share of the names held out for validation, in [0, 1) (0: no validation)",
+    val_fraction: float = _key(0.1, "share of the names (or of a text's last characters) held out for "
+                               "validation, in [0, 1) (0: no validation)",
                                minimum=0.0, maximum=1.0, open_maximum=True)
     log_every: int = _key(1000, "steps between log lines, val loss and checkpoints", minimum=1, maximum=MAX_STEPS)
-    eval_batches: int = _key(20, "fixed validation batches of `batch` names each", minimum=1,
+    eval_batches: int = _key(20, "fixed validation batches of `batch` names (or text "
+                             "windows) each", minimum=1,
                              maximum=MAX_EVAL_BATCHES)
     chunk_steps: int = _key(250, "steps per backend call (amortises Python overhead)", minimum=1,
                             maximum=MAX_CHUNK_STEPS)

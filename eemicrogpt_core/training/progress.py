@@ -20,14 +20,16 @@ def describe_run(info: RunInfo) -> str:
         f"backend {be.name} ({be.distribution}{version}); {info.shape.describe()}, "
         f"{info.shape.n_params:,} params, batch {cfg.batch}, lr {cfg.lr:g}, seed {cfg.seed}",
         f"{what} {info.total_steps:,} steps{budget}",
-        f"data {cfg.data}: {info.n_train:,} train / {info.n_val:,} validation names"
+        f"data {cfg.data}: {info.n_train:,} train / {info.n_val:,} validation {info.data_unit}"
         + (f", {info.n_truncated} longer than the context ({info.shape.context}) truncated" if info.n_truncated
            else "")
         + (f", {info.n_dropped} lines dropped" if info.n_dropped else ""),
         f"vocabulary {info.vocab.describe()}",
     ]
     if info.data_note:
-        lines.append(f"note: {info.data_note}")
+        lines.append(f"{'split' if info.data_unit == 'characters' else 'note'}: {info.data_note}")
+    if info.data_hint:
+        lines.append(f"hint: {info.data_hint}")
     if info.backend_note:
         lines.append(f"note: {info.backend_note}")
     if info.run_dir is not None:

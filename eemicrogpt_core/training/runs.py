@@ -76,10 +76,10 @@ def plan_fresh(registry: BackendRegistry, cfg: TrainConfig, *, backend: str | No
     (a flag, an argument, a sweep's resolved value), which outrank the environment and the config."""
     check_memory(cfg)
     cfg = dataclasses.replace(cfg, backend=resolve_backend(backend, cfg.backend))
-    given = given_data_path(data, cfg.data)
-    if given is None:  # the makemore names: their vocabulary is known before the download, so check first
-        registry.select(cfg.backend, cfg.model_shape(NAMES_VOCAB), cfg.batch, cfg.dtype, cfg.precision)
-    cfg = dataclasses.replace(cfg, data=str(given or resolve_data_path(None, None)))
+    given = given_data_path(data, cfg.data, data_format=cfg.data_format)
+    if given is None and cfg.data_format == "lines":  # the makemore names: their vocabulary is known before the
+        registry.select(cfg.backend, cfg.model_shape(NAMES_VOCAB), cfg.batch, cfg.dtype, cfg.precision)  # download
+    cfg = dataclasses.replace(cfg, data=str(given or resolve_data_path(None, None, data_format=cfg.data_format)))
     prepared = prepare(cfg, None)
     # The data decides the vocabulary, and with it the shape a backend must run.
     registry.select(cfg.backend, cfg.model_shape(prepared.vocab.size), cfg.batch, cfg.dtype, cfg.precision)

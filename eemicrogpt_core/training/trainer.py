@@ -30,7 +30,8 @@ from ..base.errors import (
     StorageError,
     describe_os_error,
 )
-from ..data.names import BatchSampler, Dataset, encode, fixed_batches, read_names, split
+from ..data.names import Dataset, encode, read_names, split
+from ..data.text import TextPart, read_text, split_text
 from ..model.optim import lr_schedule
 from ..model.shape import ModelShape, init_params
 from ..model.vocab import Vocabulary
@@ -87,6 +88,8 @@ class RunInfo:
     vocab: Vocabulary
     data_note: str = ""  # how the data was split when that is not the plain split
     backend_note: str = ""  # why auto settled for a slower backend
+    data_unit: str = "names"  # what n_train and n_val count: names, or a text's characters
+    data_hint: str = ""  # a suggestion about the data (a list file that looks like running text)
 
 
 class Reporter(Protocol):
@@ -147,37 +150,68 @@ class TrainResult:
 
 @dataclass
 class PreparedData:
-    train: Dataset
-    val: Dataset | None  # None: no validation split
+    """A run's data, ready for batches: names (Dataset) or a text's parts (TextPart), which both give a seeded
+    sampler (`sampler`) and fixed validation batches (`batches`)."""
+
+    train: Dataset | TextPart
+    val: Dataset | TextPart | None  # None: no validation split
     n_truncated: int
     n_dropped: int
     vocab: Vocabulary
-    data_sha256: str = ""  # fingerprint of the names file, stored in checkpoints to check resumes
-    note: str = ""  # the split's note (data.Split.note)
+    data_sha256: str = ""  # fingerprint of the data file, stored in checkpoints to check resumes
+    note: str = ""  # the split's note (data.Split.note), or where a text was split
+    unit: str = "names"  # what len(train) and len(val) count
+    hint: str = ""  # a list file that looks like running text: the suggestion to pass --text
+
+
+def looks_like_text(names: list[str], n_truncated: int) -> str:
+    """The reason a list file looks like running text (most lines longer than the context, or most lines of
+    several words: a list's items are a word or two), or "" when it looks like a list."""
+    if len(names) >= 2 and n_truncated > len(names) / 2:
+        return f"{n_truncated:,} of its {len(names):,} lines are longer than the context"
+    wordy = sum(1 for name in names if name.count(" ") >= 3)
+    if len(names) >= 2 and wordy > len(names) / 2:
+        return f"{wordy:,} of its {len(names):,} lines have four or more words"
+    return ""
 
 
 def prepare_data(cfg: TrainConfig, vocab: Vocabulary | None = None) -> PreparedData:
-    """Read cfg.data (already resolved to a path), build its vocabulary (or check it against `vocab`, a
-    resumed run's table), encode it at cfg.context and split it with the run's seed."""
+    """Read cfg.data (already resolved to a path) in its data_format, build its vocabulary (or check it against
+    `vocab`, a resumed run's table), encode it at cfg.context and split it with the run's seed."""
     if not cfg.data:
-        raise EemicrogptError("no names file resolved for this run (internal: resolve cfg.data first)")
+        raise EemicrogptError("no data file resolved for this run (internal: resolve cfg.data first)")
+    if cfg.data_format == "text":
+        text = read_text(cfg.data, lowercase=cfg.lowercase, vocab=vocab)
+        cut = split_text(text, cfg.context, cfg.val_fraction)
+        at = (f"the first {cut.at:,} characters train, the last {len(text.tokens) - cut.at:,} validate"
+              if cut.validation is not None else "no validation split (val_fraction 0): only the train loss "
+              "is measured")
+        return PreparedData(cut.train, cut.validation, 0, 0, text.vocab, text.sha256, at, "characters")
     names = read_names(cfg.data, drop_invalid=cfg.drop_invalid, lowercase=cfg.lowercase, vocab=vocab)
     vocab = vocab or Vocabulary.from_names(names.names)
     data, n_truncated = encode(names.names, vocab, cfg.context)
     parts = split(data, cfg.val_fraction, cfg.seed)
-    return PreparedData(parts.train, parts.validation, n_truncated, names.n_dropped, vocab, names.sha256, parts.note)
+    why = looks_like_text(names.names, n_truncated)
+    hint = f"this file looks like running text ({why}); pass --text to train on it as one stream" if why else ""
+    return PreparedData(parts.train, parts.validation, n_truncated, names.n_dropped, vocab, names.sha256, parts.note,
+                        hint=hint)
 
 
 def evaluate(session: BackendSession, batches: list[tuple[np.ndarray, np.ndarray]]) -> float | None:
-    """Mean of the per-batch mean losses over fixed batches (None without any); the state is not changed.
-    Overflow is not warned about: the caller checks that the mean is finite."""
+    """Mean loss per predicted token over fixed batches (None without any): each batch's mean weighted by its
+    predictions, so batches of different sizes (a text's last window, a short last batch) count fairly and
+    `eval` on the held-out part gives the validation line's figure. The state is not changed. Overflow is not
+    warned about: the caller checks that the mean is finite."""
     if not batches:
         return None
+    counts = np.array([int(np.sum(ln.astype(np.int64) - 1)) for _, ln in batches], dtype=np.float64)
     with np.errstate(over="ignore", invalid="ignore"):
-        return float(np.mean([session.loss_and_grads(t, ln, want_grads=False)[0] for t, ln in batches]))
+        losses = np.array([session.loss_and_grads(t, ln, want_grads=False)[0] for t, ln in batches], np.float64)
+        return float(np.sum(losses * counts) / np.sum(counts))
 
 
-def estimate_steps(session: BackendSession, data: Dataset, cfg: TrainConfig, budget: float) -> tuple[int, float]:
+def estimate_steps(session: BackendSession, data: Dataset | TextPart, cfg: TrainConfig,
+                   budget: float) -> tuple[int, float]:
     """Steps that fit in `budget` seconds, from a timed warm-up on throwaway batches, and the fastest warm-up
     chunk's seconds per step (the calibration contention.py compares the run with); state is restored.
 
@@ -185,7 +219,7 @@ def estimate_steps(session: BackendSession, data: Dataset, cfg: TrainConfig, bud
     does not skew the estimate; the first chunk (cold caches, lazy set-up) is not counted.
     """
     saved = session.get_state()
-    sampler = BatchSampler(data, cfg.batch, cfg.seed, stream=WARMUP_STREAM)
+    sampler = data.sampler(cfg.batch, cfg.seed, stream=WARMUP_STREAM)
     target = min(0.1 * budget, 1.0)  # time spent measuring: at most a tenth of the budget
     n, spent, per_step = 2, 0.0, []
     for i in range(64):
@@ -216,8 +250,9 @@ class _Run:
         self.calibration_s: float | None = None  # set for a fresh time-budget run
         self.shape, self.vocab = shape, data.vocab
         self.data_sha256 = data.data_sha256
-        self.sampler = BatchSampler(data.train, cfg.batch, cfg.seed)
-        self.val_batches = [] if data.val is None else fixed_batches(data.val, cfg.batch, cfg.eval_batches)
+        self.train_part = data.train
+        self.sampler = data.train.sampler(cfg.batch, cfg.seed)
+        self.val_batches = [] if data.val is None else data.val.batches(cfg.batch, cfg.eval_batches, cfg.seed)
         self.recent: deque[float] = deque(maxlen=ROLLING)
         # Training seconds of the earlier invocations, and where the target was reached (if it was).
         self.seconds_before = resume.train_seconds if resume is not None else 0.0
@@ -312,7 +347,7 @@ class _Run:
         """The backend failed somewhere in a chunk without saying where: replay one step at a time from the last
         good state (same batches, same LRs) to find the step and its loss."""
         self.session.set_state(self.good.state)
-        sampler = BatchSampler(self.sampler.data, self.cfg.batch, self.cfg.seed)
+        sampler = self.train_part.sampler(self.cfg.batch, self.cfg.seed)
         sampler.set_state(self.good.sampler_state)
         for step in range(int(self.good.state.step) + 1, chunk_end + 1):
             tokens, lengths = sampler.sample(1)
@@ -463,7 +498,7 @@ def train(
         n_val = 0 if data.val is None else len(data.val)
         reporter.start(RunInfo(entry, cfg, run.step, run.total, len(data.train), n_val, data.n_truncated,
                                data.n_dropped, run_dir.path if run_dir else None, shape, data.vocab, data.note,
-                               backend_note))
+                               backend_note, data_unit=data.unit, data_hint=data.hint))
         interrupted, in_chunk, signum = False, False, None
 
         def note(first: int) -> None:

@@ -103,6 +103,14 @@ for i in "${!passes[@]}"; do
   cat "$SITE.pass$i.log"
   [[ "$(cat "$SITE.pass$i.rc" 2>/dev/null)" == 0 ]] || failed=1
 done
+
+# The ARM speed proxy (benchmarks/a64_insn_count.py) on its tiny case with this run's neon build, so a change
+# that breaks the counter fails here; host Python, only the standard library (the staged site is aarch64's).
+if lane_backends | grep -q '/neon$'; then
+  echo "== benchmarks/a64_insn_count.py --smoke"
+  timed "a64_insn_count/smoke" env -u PYTHONPATH A64_LANE_DIR="$L" "$HOST_PY" "$REPO/benchmarks/a64_insn_count.py" \
+    --smoke --site "$SITE" || failed=1
+fi
 if ((failed)); then
   echo "a64lane: FAILED: $(grep -h '^   FAILED: ' "$SITE".pass*.log | sed 's/^   FAILED: //' | tr '\n' ' ')" >&2
   exit 1

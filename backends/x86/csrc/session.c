@@ -7,6 +7,8 @@
 #include "attention.h"
 #include "gemm.h"
 #include "session.h"
+#include "step.h"
+#include "threads.h"
 
 /* A compiled step exists for every width 16..256 in steps of 16 (step.c). Heads, layers, vocabulary and
  * context are run-time values over the ABI's whole range: attention takes any head_dim >= 4 (not only
@@ -80,32 +82,19 @@ static int init(struct emg_session *s) {
     s->max_rows = round_up(s->core.max_batch * sh->context, ROW_PAD);
     const size_t bytes = copies_layout(s, NULL) * sizeof(float);
     s->arena = aligned_alloc(64, bytes);
-    s->row_tok = malloc(sizeof(int) * (size_t)s->max_rows * 3);
-    if (s->arena == NULL || s->row_tok == NULL) return EMG_ERR_NOMEM;
+    if (s->arena == NULL) return EMG_ERR_NOMEM;
     memset(s->arena, 0, bytes); /* the padding columns of the LM head's copies stay zero */
     copies_layout(s, s->arena);
-    s->row_tgt = s->row_tok + s->max_rows;
-    s->row_pos = s->row_tgt + s->max_rows;
-    const int status = emg_x86_chunk_grads_alloc(s);
+    const int status = emg_x86_split_alloc(s);
     return status != EMG_OK ? status : emg_x86_acts_alloc(s, &s->acts);
 }
 
 static void release(struct emg_session *s) {
-    emg_x86_threads_free(s);
-    emg_x86_chunk_grads_free(s);
+    emg_x86_split_free(s);
     emg_x86_acts_free(&s->acts);
     free(s->arena);
-    free(s->row_tok);
 }
 
-static void params_changed(struct emg_session *s) { s->k->sync_transposed(s); }
-
-static float loss_and_grad(struct emg_session *s, int batch, const uint8_t *tokens, const uint8_t *lengths,
-                           int want_grads) {
-    float loss;
-    s->k->loss_and_grad(s, batch, tokens, lengths, &loss, want_grads ? s->core.grads : NULL);
-    return loss;
-}
 
 /* Unused while train_step is supplied; kept as the plain single-threaded update the layer's contract names. */
 static void adam(struct emg_session *s, float lr) {
@@ -114,14 +103,10 @@ static void adam(struct emg_session *s, float lr) {
     (void)adam_update(c->params, c->adam_m, c->adam_v, c->grads, c->layout.n_params, c->step, lr);
 }
 
-static int train_step(struct emg_session *s, int batch, const uint8_t *tokens, const uint8_t *lengths, float lr,
-                      float *loss) {
-    return s->k->train_step(s, batch, tokens, lengths, lr, loss);
-}
-
 const emg_backend emg_this_backend = {.supports = supports, .init = init, .release = release,
-                                      .params_changed = params_changed, .loss_and_grad = loss_and_grad,
-                                      .adam = adam, .train_step = train_step, .set_threads = emg_x86_set_threads};
+                                      .params_changed = emg_x86_sync_transposed,
+                                      .loss_and_grad = emg_x86_loss_and_grad, .adam = adam,
+                                      .train_step = emg_x86_train_step, .set_threads = emg_x86_set_threads};
 
 #define EMG_BACKEND_THREADS
 #define EMG_BACKEND_IMPLEMENTATION

@@ -1,5 +1,6 @@
-/* The session object shared by the backend hooks (session.c), the thread split (threads.c) and the per-width
- * step kernels (step.c). Sizes in the buffer comments: L = n_layers, D = d_model, H = n_heads, V = vocab,
+/* The session object: owned by session.c (the backend hooks: init and release lay out its buffers), read by
+ * the step (step.c) and the thread split (threads.c), which keep their own state behind the pointers `k` and
+ * `split` (step.h, threads.h). Sizes in the buffer comments: L = n_layers, D = d_model, H = n_heads, V = vocab,
  * VP = logit_ld, R = a participant's block rows (acts.rows), A = att_lanes. */
 #ifndef EMG_X86_SESSION_H
 #define EMG_X86_SESSION_H
@@ -8,32 +9,14 @@
 #include <stdint.h>
 
 #include "emg_backend.h"
-#include "threads.h"
 
-struct emg_session;
+struct emg_split;      /* threads.c's */
+struct emg_x86_kernel; /* step.c's */
 
-/* Live rows per block of a chunk (step_impl.h, chunk_step): about two batches of 16 names. Measured per
+/* Live rows per block of a chunk (step.c, chunks_step): about two batches of 16 names. Measured per
  * sample at batch 256 against batch 64 (d64 / d128, one layer): unblocked 15% / 3% slower; blocks of 480 rows
  * 2% slower / 2% faster; 240 rows 2% / 2% faster; 120 rows about even. A multiple of ROW_PAD (gemm.h). */
 #define BLOCK_ROWS 240
-
-/* The step compiled for one width (step_impl.h); heads, layers, vocabulary and context are run-time values. */
-struct emg_kernel {
-    int d_model;
-    /* Forward (and backward into grads when it is not NULL) on an already validated batch. */
-    void (*loss_and_grad)(struct emg_session *s, int batch, const uint8_t *tokens, const uint8_t *lengths,
-                          float *loss, float *grads);
-    /* The shared layer's fused train_step hook (emg_backend.h): forward, backward, the finiteness gate,
-     * Adam (which also judges the parameters it writes) and the transposed copies in one pool region;
-     * returns the verdict (enum emg_step_verdict). */
-    int (*train_step)(struct emg_session *s, int batch, const uint8_t *tokens, const uint8_t *lengths, float lr,
-                      float *loss);
-    /* Rebuild the transposed weight copies from params (after every parameter change). */
-    void (*sync_transposed)(struct emg_session *s);
-};
-
-/* The kernel for d_model, or NULL. */
-const struct emg_kernel *emg_x86_find_kernel(int d_model);
 
 /* One participant's working memory for one block of packed rows: the activations of every layer (so the
  * backward pass runs the layers in reverse), the backward buffers every layer reuses, and attention's
@@ -72,12 +55,9 @@ struct emg_acts {
 int emg_x86_acts_alloc(const struct emg_session *s, struct emg_acts *a);
 void emg_x86_acts_free(struct emg_acts *a);
 
-/* Participant tid's emg_acts (tid 0: the session's own; others: the thread pool's). */
-struct emg_acts *emg_x86_acts(struct emg_session *s, int tid);
-
 struct emg_session {
     emg_core core; /* shape, layout, step and the training state: owned by the shared layer */
-    const struct emg_kernel *k;
+    const struct emg_x86_kernel *k; /* the step compiled for this width */
     int logit_ld;  /* VP = round_up(vocab, 16): logit rows, the LM head's padded output width */
     int att_lanes; /* A = att_lanes(context): the widest attention lane row */
     int max_rows;  /* live rows of a full batch (the chunks are packed one after another) */
@@ -103,14 +83,8 @@ struct emg_session {
     float *pk_qkv;   // (L, 3D/2, D)
 #endif
     void *arena; /* one allocation holding the copies */
-    /* Row bookkeeping per packed row (max_rows): input token, target token and position. */
-    int *row_tok, *row_tgt, *row_pos;
     struct emg_acts acts; /* participant 0's */
-    /* Threads (threads.h): NULL with one. The chunks of the step being run, and the gradient buffers of
-     * chunks 1..emg_x86_max_chunks - 1 (chunk 0 writes the step's own): */
-    struct emg_threads *threads;
-    struct emg_chunk chunks[EMG_X86_MAX_CHUNKS];
-    float *chunk_grads; // (max_chunks - 1, n_params)
+    struct emg_split *split; /* the thread pool, the chunks and the packed rows (threads.h) */
 };
 
 #endif /* EMG_X86_SESSION_H */

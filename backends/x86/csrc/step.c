@@ -1,91 +1,153 @@
-/* The training step, compiled once per supported width (d_model 16..256 in steps of 16) from step_impl.h:
- * the GEMM tile shapes depend on the width. */
-#include <math.h>
+/* The training step: one specialisation per supported width (d_model 16..256 in steps of 16: the GEMM tile
+ * shapes depend on the width), compiled from step_impl.h's width-generic functions, and the width-independent
+ * driver around them (blocks, passes, the participants' parts, the hooks of step.h). */
+#include "step.h"
+
 #include <stddef.h>
-#include <string.h>
+#include <stdint.h>
 
-#include "attention.h"
-#include "encoder.h"
-#include "expf.h"
-#include "gemm.h"
-#ifdef EMG_BF16
-#include "gemm_bf16.h"
-#endif
-#include "norm.h"
+#include "pool.h"
 #include "session.h"
-#include "transpose.h"
-#include "xent.h"
+#include "step_impl.h"
+#include "threads.h"
 
-/* Attention with the width and head count as run-time values: one copy for every head count that step_impl.h
- * does not compile as a constant. */
-#define NOT_INLINED static __attribute__((noinline, noclone))
-
-NOT_INLINED void attention_forward_any(int D, int H, const float *qkv, float *o, float *att, int L, float *scratch) {
-    attention_forward(D, H, qkv, o, att, L, att_lanes(L), scratch);
-}
-
-NOT_INLINED void attention_backward_any(int D, int H, const float *qkv, const float *att, const float *dout,
-                                        float *dqkv, int L, float *scratch) {
-    attention_backward(D, H, qkv, att, dout, dqkv, L, att_lanes(L), scratch);
-}
-
-#define D_MODEL 16
-#include "step_impl.h"
-#undef D_MODEL
-#define D_MODEL 32
-#include "step_impl.h"
-#undef D_MODEL
-#define D_MODEL 48
-#include "step_impl.h"
-#undef D_MODEL
-#define D_MODEL 64
-#include "step_impl.h"
-#undef D_MODEL
-#define D_MODEL 80
-#include "step_impl.h"
-#undef D_MODEL
-#define D_MODEL 96
-#include "step_impl.h"
-#undef D_MODEL
-#define D_MODEL 112
-#include "step_impl.h"
-#undef D_MODEL
-#define D_MODEL 128
-#include "step_impl.h"
-#undef D_MODEL
-#define D_MODEL 144
-#include "step_impl.h"
-#undef D_MODEL
-#define D_MODEL 160
-#include "step_impl.h"
-#undef D_MODEL
-#define D_MODEL 176
-#include "step_impl.h"
-#undef D_MODEL
-#define D_MODEL 192
-#include "step_impl.h"
-#undef D_MODEL
-#define D_MODEL 208
-#include "step_impl.h"
-#undef D_MODEL
-#define D_MODEL 224
-#include "step_impl.h"
-#undef D_MODEL
-#define D_MODEL 240
-#include "step_impl.h"
-#undef D_MODEL
-#define D_MODEL 256
-#include "step_impl.h"
-#undef D_MODEL
-
-/* kernels[i] is the step for d_model 16 * (i + 1). */
-static const struct emg_kernel *const kernels[] = {
-    &kernel_d16,  &kernel_d32,  &kernel_d48,  &kernel_d64,  &kernel_d80,  &kernel_d96,  &kernel_d112, &kernel_d128,
-    &kernel_d144, &kernel_d160, &kernel_d176, &kernel_d192, &kernel_d208, &kernel_d224, &kernel_d240, &kernel_d256,
+/* What is compiled per width: the forward and backward of one pass, and the rebuild of a participant's part
+ * of the transposed weight copies (a pool function, emg_pool_fn). */
+typedef void (*pass_step_fn)(struct emg_session *s, struct emg_acts *a, const struct emg_pass *pass,
+                             const uint8_t *lengths, float inv_p);
+struct emg_x86_kernel {
+    int d_model;
+    pass_step_fn pass_step;
+    emg_pool_fn sync_part;
 };
 
-const struct emg_kernel *emg_x86_find_kernel(int d_model) {
+/* The step for one width, every function named literally (so `grep pass_step_d64` finds it here): the
+ * width's attention of one sequence (its own copies, not inlined into the pass), the pass (pass_step) and
+ * the copies' rebuild (sync_part), each step_impl.h's function with the width as a constant. */
+#define EMG_DEFINE_STEP(width, pass_step_w, sync_part_w, attention_forward_w, attention_backward_w)           \
+    NOT_INLINED void attention_forward_w(int H, const float *qkv, float *o, float *att, int L, float *scratch) { \
+        attention_forward_seq(width, H, qkv, o, att, L, scratch);                                              \
+    }                                                                                                          \
+    NOT_INLINED void attention_backward_w(int H, const float *qkv, const float *att, const float *dout,        \
+                                          float *dqkv, int L, float *scratch) {                                \
+        attention_backward_seq(width, H, qkv, att, dout, dqkv, L, scratch);                                    \
+    }                                                                                                          \
+    static void pass_step_w(struct emg_session *s, struct emg_acts *a, const struct emg_pass *pass,            \
+                            const uint8_t *lengths, float inv_p) {                                             \
+        pass_step(width, attention_forward_w, attention_backward_w, s, a, pass, lengths, inv_p);               \
+    }                                                                                                          \
+    static void sync_part_w(void *ctx, int tid, int n) { sync_part(width, ctx, tid, n); }
+
+EMG_DEFINE_STEP(16, pass_step_d16, sync_part_d16, attention_forward_seq_d16, attention_backward_seq_d16)
+EMG_DEFINE_STEP(32, pass_step_d32, sync_part_d32, attention_forward_seq_d32, attention_backward_seq_d32)
+EMG_DEFINE_STEP(48, pass_step_d48, sync_part_d48, attention_forward_seq_d48, attention_backward_seq_d48)
+EMG_DEFINE_STEP(64, pass_step_d64, sync_part_d64, attention_forward_seq_d64, attention_backward_seq_d64)
+EMG_DEFINE_STEP(80, pass_step_d80, sync_part_d80, attention_forward_seq_d80, attention_backward_seq_d80)
+EMG_DEFINE_STEP(96, pass_step_d96, sync_part_d96, attention_forward_seq_d96, attention_backward_seq_d96)
+EMG_DEFINE_STEP(112, pass_step_d112, sync_part_d112, attention_forward_seq_d112, attention_backward_seq_d112)
+EMG_DEFINE_STEP(128, pass_step_d128, sync_part_d128, attention_forward_seq_d128, attention_backward_seq_d128)
+EMG_DEFINE_STEP(144, pass_step_d144, sync_part_d144, attention_forward_seq_d144, attention_backward_seq_d144)
+EMG_DEFINE_STEP(160, pass_step_d160, sync_part_d160, attention_forward_seq_d160, attention_backward_seq_d160)
+EMG_DEFINE_STEP(176, pass_step_d176, sync_part_d176, attention_forward_seq_d176, attention_backward_seq_d176)
+EMG_DEFINE_STEP(192, pass_step_d192, sync_part_d192, attention_forward_seq_d192, attention_backward_seq_d192)
+EMG_DEFINE_STEP(208, pass_step_d208, sync_part_d208, attention_forward_seq_d208, attention_backward_seq_d208)
+EMG_DEFINE_STEP(224, pass_step_d224, sync_part_d224, attention_forward_seq_d224, attention_backward_seq_d224)
+EMG_DEFINE_STEP(240, pass_step_d240, sync_part_d240, attention_forward_seq_d240, attention_backward_seq_d240)
+EMG_DEFINE_STEP(256, pass_step_d256, sync_part_d256, attention_forward_seq_d256, attention_backward_seq_d256)
+_Static_assert(256 <= STEP_MAX_D, "pass_step's row buffers hold the widest width");
+
+/* kernels[i] is the step for d_model 16 * (i + 1). */
+static const struct emg_x86_kernel kernels[] = {
+    {16, pass_step_d16, sync_part_d16},     {32, pass_step_d32, sync_part_d32},
+    {48, pass_step_d48, sync_part_d48},     {64, pass_step_d64, sync_part_d64},
+    {80, pass_step_d80, sync_part_d80},     {96, pass_step_d96, sync_part_d96},
+    {112, pass_step_d112, sync_part_d112},  {128, pass_step_d128, sync_part_d128},
+    {144, pass_step_d144, sync_part_d144},  {160, pass_step_d160, sync_part_d160},
+    {176, pass_step_d176, sync_part_d176},  {192, pass_step_d192, sync_part_d192},
+    {208, pass_step_d208, sync_part_d208},  {224, pass_step_d224, sync_part_d224},
+    {240, pass_step_d240, sync_part_d240},  {256, pass_step_d256, sync_part_d256},
+};
+
+const struct emg_x86_kernel *emg_x86_find_kernel(int d_model) {
     const int i = d_model / 16 - 1;
     if (d_model % 16 != 0 || i < 0 || i >= (int)(sizeof kernels / sizeof kernels[0])) return NULL;
-    return kernels[i];
+    return &kernels[i];
+}
+
+void emg_x86_sync_transposed(struct emg_session *s) { emg_pool_run(emg_x86_pool(s), s->k->sync_part, s); }
+
+/* Chunks c0..c1-1 (consecutive sequences and rows): each chunk's sequences in blocks of at most BLOCK_ROWS
+ * live rows (one whole sequence at least), as that chunk alone splits them whoever runs it, and the blocks
+ * in passes of at most BLOCK_ROWS rows: one pass may end one chunk and start the next, so a participant that
+ * runs several small chunks (one thread, batch 16) runs their GEMMs over all their rows at once. Each pass
+ * reuses the participant's activation rows: a big batch works in a cache-sized region instead of streaming
+ * every activation of the batch through each operation (batch 256 was ~15% slower per sample than batch 64
+ * at d64/d128). A chunk's later blocks continue its weight gradients' sums; a one-block chunk after chunk 0's
+ * run on the same participant folds them into job->grads (emg_segment); loss sums go to totals. */
+static void chunks_step(struct emg_step_job *job, struct emg_acts *a, int c0, int c1) {
+    struct emg_session *s = job->s;
+    const pass_step_fn pass_step_w = s->k->pass_step;
+    struct emg_pass pass = {.seq0 = emg_x86_chunk(s, c0)->seq0, .data_row = emg_x86_chunk(s, c0)->row0};
+    for (int c = c0; c < c1; c++) {
+        const struct emg_chunk *ch = emg_x86_chunk(s, c);
+        float *own = emg_x86_chunk_grads(s, c, job->grads);
+        /* Chunks 0..c-1 ran here, in order, before this one, and 1..c-1 were folded: job->grads holds their sum
+         * in chunk order, and this chunk's sum added to it is what emg_x86_reduce would add next. */
+        const int fold = c0 == 0 && c > 0 && job->grads != NULL && ch->rows <= BLOCK_ROWS
+                         && (c == 1 || job->folded[c - 1]);
+        job->folded[c] = fold;
+        job->totals[c] = 0.0;
+        for (int b = ch->seq0, done = 0; b < ch->seq1;) {
+            int rows = job->lengths[b] - 1;
+            for (b++; b < ch->seq1 && rows + job->lengths[b] - 1 <= BLOCK_ROWS; b++) rows += job->lengths[b] - 1;
+            if (pass.n_seg > 0 && pass.rows + rows > BLOCK_ROWS) {
+                pass_step_w(s, a, &pass, job->lengths, job->inv_p);
+                pass = (struct emg_pass){.seq0 = pass.seq1, .data_row = pass.data_row + pass.rows};
+            }
+            const enum tn_mode mode = done > 0 ? TN_CONTINUE : fold ? TN_FOLD : TN_WRITE;
+            pass.seg[pass.n_seg++] = (struct emg_segment){.row = pass.rows, .rows = rows, .mode = mode,
+                                                          .grads = fold ? job->grads : own, .own = own,
+                                                          .total = &job->totals[c]};
+            pass.rows += rows;
+            pass.seq1 = b;
+            done += rows;
+        }
+    }
+    if (pass.n_seg > 0) pass_step_w(s, a, &pass, job->lengths, job->inv_p);
+}
+
+/* One participant of a step: its consecutive chunks (emg_x86_participant_chunks), then (once every chunk is
+ * done) its share of the chunk-order gradient sum and, when training, of Adam and of the transposed copies. */
+static void step_part(void *ctx, int tid, int n) {
+    struct emg_step_job *job = ctx;
+    struct emg_session *s = job->s;
+    int c0, c1;
+    emg_x86_participant_chunks(job->chunks, tid, n, &c0, &c1);
+    if (c1 > c0) chunks_step(job, emg_x86_acts(s, tid), c0, c1);
+    if (job->grads == NULL) return;
+    if (emg_x86_reduce(job, tid, n) && job->train) s->k->sync_part(s, tid, n);
+}
+
+/* Pack, then run every participant's part of the step; returns the mean loss. */
+static float run_step(struct emg_step_job *job, int batch, const uint8_t *tokens) {
+    emg_x86_job_participants(job, batch);
+    const int P = emg_x86_pack(job->s, batch, tokens, job->lengths, job->chunks);
+    job->inv_p = 1.0f / (float)P;
+    emg_pool_run(job->pool, step_part, job);
+    return emg_x86_loss(job);
+}
+
+float emg_x86_loss_and_grad(struct emg_session *s, int batch, const uint8_t *tokens, const uint8_t *lengths,
+                            int want_grads) {
+    struct emg_step_job job = {.s = s, .lengths = lengths, .grads = want_grads ? s->core.grads : NULL};
+    return run_step(&job, batch, tokens);
+}
+
+/* The shared layer's fused step (emg_backend.h train_step): one region for the chunks, the gradient sum,
+ * the finiteness gate, Adam and the transposed copies; the layer counts the update and acts on the verdict. */
+int emg_x86_train_step(struct emg_session *s, int batch, const uint8_t *tokens, const uint8_t *lengths, float lr,
+                       float *loss) {
+    struct emg_step_job job = {.s = s, .lengths = lengths, .grads = s->core.grads, .train = 1, .lr = lr};
+    *loss = run_step(&job, batch, tokens);
+    return emg_x86_verdict(&job);
 }

@@ -1,5 +1,7 @@
-/* One training step specialised for the width D_MODEL (included by step.c once per width); the heads,
- * layers, vocabulary and context are read from s->core.shape. Live positions of a chunk are packed into
+/* The width-generic parts of one training step, step.c's private header: always-inlined functions that take
+ * the width D as their first argument. step.c calls them with a constant D from one function per width
+ * (EMG_DEFINE_STEP), so each width is compiled as its own specialisation (the GEMM tile shapes depend on
+ * it); the heads, layers, vocabulary and context are read from s->core.shape. Live positions of a chunk are packed into
  * consecutive rows and every operation runs over all rows of a block before the next starts, so each weight
  * matrix is streamed once per block.
  *
@@ -9,12 +11,55 @@
  *                 n2 = rms(x_mid);  hid = relu(n2 Wf1^T);  x[l + 1] = x_mid + hid Wf2^T
  *   logits = x[L] Wlm^T (no final norm);  loss = mean cross-entropy over the live rows. */
 
-#define CAT_(a, b) a##b
-#define CAT(a, b) CAT_(a, b)
-#define FN(name) CAT(CAT(name, _d), D_MODEL)
+#ifndef EMG_X86_STEP_IMPL_H
+#define EMG_X86_STEP_IMPL_H
 
-#define D D_MODEL
-#define F (4 * D_MODEL)
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "attention.h"
+#include "emg_backend.h"
+#include "encoder.h"
+#include "gemm.h"
+#ifdef EMG_BF16
+#include "gemm_bf16.h"
+#endif
+#include "norm.h"
+#include "pool.h"
+#include "session.h"
+#include "threads.h"
+#include "transpose.h"
+#include "xent.h"
+
+#define STEP_MAX_D 256 /* the widest width step.c compiles */
+
+/* Part of a pass: `rows` rows from the pass's row `row`, one block of one chunk. Its weight gradients go to
+ * `grads` as `mode` says: written (the chunk's first block), continued (a later block: one chain of FMAs over
+ * the chunk's rows), or folded (a one-block chunk whose participant also ran every chunk before it: its sum is
+ * added to theirs in `grads`, the add emg_x86_reduce would do, without the chunk's own buffer or the pass over
+ * it). Its embedding-table gradients, sums of scatter-adds, always go to the chunk's own buffer `own` (its
+ * first block zeroes them). Its loss sum is added to *total. */
+struct emg_segment {
+    int row, rows;
+    enum tn_mode mode;
+    float *grads, *own;
+    double *total;
+};
+
+/* What one participant runs at once over its activation rows: the sequences seq0..seq1-1, packed in `rows`
+ * rows from row data_row, made of the blocks of one or more consecutive chunks. */
+struct emg_pass {
+    int seq0, seq1, data_row, rows, n_seg;
+    struct emg_segment seg[4]; /* at most one block per chunk: EMG_X86_MAX_CHUNKS */
+};
+_Static_assert(EMG_X86_MAX_CHUNKS <= sizeof(((struct emg_pass *)0)->seg) / sizeof(struct emg_segment),
+               "a pass holds a segment per chunk");
+
+/* Attention of one sequence for one width: step.c's per-width copies (EMG_DEFINE_STEP), called from pass_step. */
+typedef void (*attention_forward_fn)(int H, const float *qkv, float *o, float *att, int L, float *scratch);
+typedef void (*attention_backward_fn)(int H, const float *qkv, const float *att, const float *dout, float *dqkv,
+                                      int L, float *scratch);
 
 /* The GEMM calls name both operand forms: fp32 B (row-major, ldb) and B packed into bf16 pairs (pk); the
  * avx512_bf16 build (EMG_BF16) uses the packed form and the participant's bf16 scratch rows (bfa, bfb).
@@ -55,8 +100,8 @@
 /* Participant tid of n rebuilds the rows of each transposed copy whose weights its own Adam share updated
  * (threads.h emg_x86_share_rows); avx512_bf16: every n-th 16-row block of each packed copy, the forward ones
  * straight from the weights. */
-static void FN(sync_part)(void *ctx, int tid, int n) {
-    struct emg_session *s = ctx;
+AI void sync_part(const int D, struct emg_session *s, int tid, int n) {
+    const int F = 4 * D;
     const float *p = s->core.params, *wlm = p + s->core.layout.wlm;
     const int V = s->core.shape.vocab, VP = s->logit_ld;
 #ifndef EMG_BF16
@@ -97,13 +142,11 @@ static void FN(sync_part)(void *ctx, int tid, int n) {
 #endif
 }
 
-static void FN(sync_transposed)(struct emg_session *s) { emg_pool_run(emg_x86_pool(s), FN(sync_part), s); }
-
 /* Attention for one sequence of L rows. The head count is a compile-time constant for 4 and 8 heads (the
  * presets' counts: every loop over heads and head features unrolls, the softmax state stays in registers),
  * and so is the lane count for sequences of one query block (L <= VW: every name at the default context with
- * AVX-512); any other head count runs step.c's attention for run-time shapes. Measured at d16 / d32, batch 16:
- * a run-time head count costs 13% / 6% of the step, a run-time lane count 4% / 2%. */
+ * AVX-512); any other head count runs attention_forward_any / attention_backward_any (above). Measured at
+ * d16 / d32, batch 16: a run-time head count costs 13% / 6% of the step, a run-time lane count 4% / 2%. */
 #define ATTENTION_SEQ(call, H, L, ...)                                 \
     do {                                                                \
         if ((H) == 4 && (L) <= VW)                                      \
@@ -118,12 +161,25 @@ static void FN(sync_transposed)(struct emg_session *s) { emg_pool_run(emg_x86_po
             call##_any(D, H, __VA_ARGS__, L, scratch);                  \
     } while (0)
 
-static void FN(attention_forward_seq)(int H, const float *qkv, float *o, float *att, int L, float *scratch) {
+/* Attention with the width and head count as run-time values: one copy for every head count that the
+ * functions below do not compile as a constant. */
+#define NOT_INLINED static __attribute__((noinline, noclone))
+
+NOT_INLINED void attention_forward_any(int D, int H, const float *qkv, float *o, float *att, int L, float *scratch) {
+    attention_forward(D, H, qkv, o, att, L, att_lanes(L), scratch);
+}
+
+NOT_INLINED void attention_backward_any(int D, int H, const float *qkv, const float *att, const float *dout,
+                                        float *dqkv, int L, float *scratch) {
+    attention_backward(D, H, qkv, att, dout, dqkv, L, att_lanes(L), scratch);
+}
+
+AI void attention_forward_seq(const int D, int H, const float *qkv, float *o, float *att, int L, float *scratch) {
     ATTENTION_SEQ(attention_forward, H, L, qkv, o, att);
 }
 
-static void FN(attention_backward_seq)(int H, const float *qkv, const float *att, const float *dout, float *dqkv,
-                                       int L, float *scratch) {
+AI void attention_backward_seq(const int D, int H, const float *qkv, const float *att, const float *dout,
+                               float *dqkv, int L, float *scratch) {
     ATTENTION_SEQ(attention_backward, H, L, qkv, att, dout, dqkv);
 }
 #undef ATTENTION_SEQ
@@ -132,14 +188,18 @@ static void FN(attention_backward_seq)(int H, const float *qkv, const float *att
  * pass->seq0..seq1-1, whose pass->rows live rows are packed from row pass->data_row of the row bookkeeping;
  * their activations are the first rows of the participant's `a`. Every row-wise operation runs over the whole
  * pass; the sums over rows (weight gradients, loss, embedding scatter) run per segment, as its chunk alone
- * would, so merging the blocks of several chunks into one pass changes no bit. */
-static void FN(pass_step)(struct emg_session *s, struct emg_acts *a, const struct emg_pass *pass,
-                          const uint8_t *lengths, float inv_p) {
+ * would, so merging the blocks of several chunks into one pass changes no bit. attention_forward_w and
+ * attention_backward_w: the width's attention_forward_seq and attention_backward_seq. */
+AI void pass_step(const int D, attention_forward_fn attention_forward_w, attention_backward_fn attention_backward_w,
+                  struct emg_session *s, struct emg_acts *a, const struct emg_pass *pass, const uint8_t *lengths,
+                  float inv_p) {
+    const int F = 4 * D;
     const emg_layout *lay = &s->core.layout;
     const int NL = s->core.shape.n_layers, H = s->core.shape.n_heads, V = s->core.shape.vocab, VP = s->logit_ld;
     const int P = pass->rows, Pp = round_up(P, ROW_PAD), R = a->rows, data_row = pass->data_row;
     const long att_layer = (long)R * H * s->att_lanes;
-    const int *row_tok = s->row_tok + data_row, *row_tgt = s->row_tgt + data_row, *row_pos = s->row_pos + data_row;
+    const struct emg_rows rows = emg_x86_rows(s);
+    const int *row_tok = rows.tok + data_row, *row_tgt = rows.tgt + data_row, *row_pos = rows.pos + data_row;
     const float *params = s->core.params;
 #ifdef EMG_BF16
     uint16_t *bfa = (uint16_t *)a->bf_a, *bfb = (uint16_t *)a->bf_b;
@@ -168,7 +228,7 @@ static void FN(pass_step)(struct emg_session *s, struct emg_acts *a, const struc
         long att_off = 0;
         for (int b = pass->seq0, r = 0; b < pass->seq1; b++) {
             const int L = lengths[b] - 1;
-            FN(attention_forward_seq)(H, qkv + r * 3 * D, o + r * D, att + att_off, L, a->scratch);
+            attention_forward_w(H, qkv + r * 3 * D, o + r * D, att + att_off, L, a->scratch);
             r += L;
             att_off += (long)H * L * att_lanes(L);
         }
@@ -213,8 +273,7 @@ static void FN(pass_step)(struct emg_session *s, struct emg_acts *a, const struc
         long att_off = 0;
         for (int b = pass->seq0, r = 0; b < pass->seq1; b++) {
             const int L = lengths[b] - 1;
-            FN(attention_backward_seq)(H, qkv + r * 3 * D, att + att_off, dout + r * D, dqkv + r * 3 * D, L,
-                                       a->scratch);
+            attention_backward_w(H, qkv + r * 3 * D, att + att_off, dout + r * D, dqkv + r * 3 * D, L, a->scratch);
             r += L;
             att_off += (long)H * L * att_lanes(L);
         }
@@ -232,7 +291,7 @@ static void FN(pass_step)(struct emg_session *s, struct emg_acts *a, const struc
         if (sg->mode != TN_CONTINUE) /* the chunk's first block: both tables start from zero */
             memset(g_tok, 0, sizeof(float) * (size_t)(lay->layers - lay->tok_emb));
         for (int p = sg->row; p < sg->row + sg->rows; p++) {
-            float dx0[D], de[D];
+            float dx0[STEP_MAX_D], de[STEP_MAX_D];
             rmsnorm_backward(D, dn1 + p * D, a->n1 + p * D, a->r1[p], dx_mid + p * D, dx0);
             rmsnorm_backward(D, dx0, x0 + p * D, a->r_emb[p], NULL, de);
             encoder_backward(D, de, g_tok + row_tok[p] * D, g_pos + row_pos[p] * D);
@@ -243,89 +302,11 @@ static void FN(pass_step)(struct emg_session *s, struct emg_acts *a, const struc
 #undef LAYER_G
 }
 
-/* Chunks c0..c1-1 (consecutive sequences and rows): each chunk's sequences in blocks of at most BLOCK_ROWS
- * live rows (one whole sequence at least), as that chunk alone splits them whoever runs it, and the blocks
- * in passes of at most BLOCK_ROWS rows: one pass may end one chunk and start the next, so a participant that
- * runs several small chunks (one thread, batch 16) runs their GEMMs over all their rows at once. Each pass
- * reuses the participant's activation rows: a big batch works in a cache-sized region instead of streaming
- * every activation of the batch through each operation (batch 256 was ~15% slower per sample than batch 64
- * at d64/d128). A chunk's later blocks continue its weight gradients' sums; a one-block chunk after chunk 0's
- * run on the same participant folds them into job->grads (emg_segment); loss sums go to totals. */
-static void FN(chunks_step)(struct emg_step_job *job, struct emg_acts *a, int c0, int c1) {
-    struct emg_session *s = job->s;
-    struct emg_pass pass = {.seq0 = s->chunks[c0].seq0, .data_row = s->chunks[c0].row0};
-    for (int c = c0; c < c1; c++) {
-        const struct emg_chunk *ch = &s->chunks[c];
-        float *own = emg_x86_chunk_grads(s, c, job->grads);
-        /* Chunks 0..c-1 ran here, in order, before this one, and 1..c-1 were folded: job->grads holds their sum
-         * in chunk order, and this chunk's sum added to it is what emg_x86_reduce would add next. */
-        const int fold = c0 == 0 && c > 0 && job->grads != NULL && ch->rows <= BLOCK_ROWS
-                         && (c == 1 || job->folded[c - 1]);
-        job->folded[c] = fold;
-        job->totals[c] = 0.0;
-        for (int b = ch->seq0, done = 0; b < ch->seq1;) {
-            int rows = job->lengths[b] - 1;
-            for (b++; b < ch->seq1 && rows + job->lengths[b] - 1 <= BLOCK_ROWS; b++) rows += job->lengths[b] - 1;
-            if (pass.n_seg > 0 && pass.rows + rows > BLOCK_ROWS) {
-                FN(pass_step)(s, a, &pass, job->lengths, job->inv_p);
-                pass = (struct emg_pass){.seq0 = pass.seq1, .data_row = pass.data_row + pass.rows};
-            }
-            const enum tn_mode mode = done > 0 ? TN_CONTINUE : fold ? TN_FOLD : TN_WRITE;
-            pass.seg[pass.n_seg++] = (struct emg_segment){.row = pass.rows, .rows = rows, .mode = mode,
-                                                          .grads = fold ? job->grads : own, .own = own,
-                                                          .total = &job->totals[c]};
-            pass.rows += rows;
-            pass.seq1 = b;
-            done += rows;
-        }
-    }
-    if (pass.n_seg > 0) FN(pass_step)(s, a, &pass, job->lengths, job->inv_p);
-}
-
-/* One participant of a step: its consecutive chunks (emg_x86_participant_chunks), then (once every chunk is
- * done) its share of the chunk-order gradient sum and, when training, of Adam and of the transposed copies. */
-static void FN(step_part)(void *ctx, int tid, int n) {
-    struct emg_step_job *job = ctx;
-    struct emg_session *s = job->s;
-    int c0, c1;
-    emg_x86_participant_chunks(job->chunks, tid, n, &c0, &c1);
-    if (c1 > c0) FN(chunks_step)(job, emg_x86_acts(s, tid), c0, c1);
-    if (job->grads == NULL) return;
-    if (emg_x86_reduce(job, tid, n) && job->train) FN(sync_part)(s, tid, n);
-}
-
-/* Pack, then run every participant's part of the step; returns the mean loss. */
-static float FN(run_step)(struct emg_step_job *job, int batch, const uint8_t *tokens) {
-    emg_x86_job_participants(job, batch);
-    const int P = emg_x86_pack(job->s, batch, tokens, job->lengths, job->chunks);
-    job->inv_p = 1.0f / (float)P;
-    emg_pool_run(job->pool, FN(step_part), job);
-    return emg_x86_loss(job);
-}
-
-static void FN(loss_and_grad)(struct emg_session *s, int batch, const uint8_t *tokens, const uint8_t *lengths,
-                              float *loss_out, float *grads) {
-    struct emg_step_job job = {.s = s, .lengths = lengths, .grads = grads};
-    *loss_out = FN(run_step)(&job, batch, tokens);
-}
-
-/* The shared layer's fused step (emg_backend.h train_step): one region for the chunks, the gradient sum,
- * the finiteness gate, Adam and the transposed copies; the layer counts the update and acts on the verdict. */
-static int FN(train_step)(struct emg_session *s, int batch, const uint8_t *tokens, const uint8_t *lengths, float lr,
-                          float *loss) {
-    struct emg_step_job job = {.s = s, .lengths = lengths, .grads = s->core.grads, .train = 1, .lr = lr};
-    *loss = FN(run_step)(&job, batch, tokens);
-    return emg_x86_verdict(&job);
-}
-
-static const struct emg_kernel FN(kernel) = {D_MODEL, FN(loss_and_grad), FN(train_step), FN(sync_transposed)};
-
-#undef D
-#undef F
-#undef FN
 #undef NN
 #undef NN_ANY
 #undef TN
 #undef LAYER_COPY
 #undef matmul_forward
 #undef matmul_backward
+
+#endif /* EMG_X86_STEP_IMPL_H */

@@ -6,15 +6,39 @@
 #include <string.h>
 
 #include "adam.h"
-#include "gemm.h"
+#include "pool.h"
 #include "session.h"
 
-struct emg_pool *emg_x86_pool(const struct emg_session *s) { return s->threads ? s->threads->pool : NULL; }
+/* The pool and the activations of participants 1..n-1 (participant 0 uses the session's). */
+struct emg_threads {
+    struct emg_pool *pool;
+    int n;
+    struct emg_acts *acts; /* n - 1 */
+};
 
-int emg_x86_threads(const struct emg_session *s) { return s->threads ? s->threads->n : 1; }
+struct emg_split {
+    struct emg_threads *threads; /* NULL with one thread */
+    /* The chunks of the step being run, and the gradient buffers of chunks 1..max_chunks - 1: */
+    struct emg_chunk chunks[EMG_X86_MAX_CHUNKS];
+    float *chunk_grads; // (max_chunks - 1, n_params)
+    /* Row bookkeeping per packed row (max_rows): input token, target token and position. */
+    int *row_tok, *row_tgt, *row_pos;
+};
+
+struct emg_pool *emg_x86_pool(const struct emg_session *s) {
+    return s->split->threads ? s->split->threads->pool : NULL;
+}
+
+int emg_x86_threads(const struct emg_session *s) { return s->split->threads ? s->split->threads->n : 1; }
 
 struct emg_acts *emg_x86_acts(struct emg_session *s, int tid) {
-    return tid == 0 ? &s->acts : &s->threads->acts[tid - 1];
+    return tid == 0 ? &s->acts : &s->split->threads->acts[tid - 1];
+}
+
+const struct emg_chunk *emg_x86_chunk(const struct emg_session *s, int c) { return &s->split->chunks[c]; }
+
+struct emg_rows emg_x86_rows(const struct emg_session *s) {
+    return (struct emg_rows){s->split->row_tok, s->split->row_tgt, s->split->row_pos};
 }
 
 static void threads_free(struct emg_threads *t) {
@@ -25,16 +49,16 @@ static void threads_free(struct emg_threads *t) {
     free(t);
 }
 
-void emg_x86_threads_free(struct emg_session *s) {
-    if (s->threads == NULL) return;
-    threads_free(s->threads);
-    s->threads = NULL;
+static void session_threads_free(struct emg_session *s) {
+    if (s->split->threads == NULL) return;
+    threads_free(s->split->threads);
+    s->split->threads = NULL;
 }
 
 int emg_x86_set_threads(struct emg_session *s, int n) {
     if (n > EMG_X86_MAX_THREADS) return EMG_ERR_UNSUPPORTED;
     if (n == emg_x86_threads(s)) return EMG_OK;
-    emg_x86_threads_free(s);
+    session_threads_free(s);
     if (n == 1) return EMG_OK;
     struct emg_threads *t = calloc(1, sizeof *t);
     if (t == NULL) return EMG_ERR_NOMEM;
@@ -47,13 +71,14 @@ int emg_x86_set_threads(struct emg_session *s, int n) {
         threads_free(t);
         return EMG_ERR_NOMEM;
     }
-    s->threads = t;
+    s->split->threads = t;
     return EMG_OK;
 }
 
 int emg_x86_chunks(int batch) { return batch < 8 ? 1 : batch < 128 ? 2 : EMG_X86_MAX_CHUNKS; }
 
-int emg_x86_max_chunks(const struct emg_session *s) { return emg_x86_chunks(s->core.max_batch); }
+/* The chunk count of a session's largest batch: how many chunk gradient buffers it needs. */
+static int max_chunks(const struct emg_session *s) { return emg_x86_chunks(s->core.max_batch); }
 
 void emg_x86_participant_chunks(int chunks, int tid, int n, int *c0, int *c1) {
     *c0 = chunks * tid / n;
@@ -72,7 +97,7 @@ int emg_x86_pack(struct emg_session *s, int batch, const uint8_t *tokens, const 
     for (int b = 0; b < batch; b++) P += lengths[b] - 1;
     int b = 0, row = 0, done = 0;
     for (int t = 0; t < chunks; t++) {
-        struct emg_chunk *c = &s->chunks[t];
+        struct emg_chunk *c = &s->split->chunks[t];
         /* Twice the live rows packed once this chunk is full: it takes the next sequence while that sequence's
          * middle lies below the target, so a chunk misses its share by at most half a sequence. */
         const long target2 = 2L * P * (t + 1) / chunks;
@@ -84,9 +109,9 @@ int emg_x86_pack(struct emg_session *s, int batch, const uint8_t *tokens, const 
             const uint8_t *tk = tokens + (long)b * emg_seq_len(&s->core.shape);
             for (int i = 0; i + 1 < lengths[b]; i++) {
                 const int r = row + c->rows++;
-                s->row_tok[r] = tk[i];
-                s->row_tgt[r] = tk[i + 1];
-                s->row_pos[r] = i;
+                s->split->row_tok[r] = tk[i];
+                s->split->row_tgt[r] = tk[i + 1];
+                s->split->row_pos[r] = i;
             }
             b++;
         }
@@ -99,19 +124,30 @@ int emg_x86_pack(struct emg_session *s, int batch, const uint8_t *tokens, const 
 
 float *emg_x86_chunk_grads(const struct emg_session *s, int c, float *grads) {
     if (c == 0 || grads == NULL) return grads;
-    return s->chunk_grads + (size_t)(c - 1) * (size_t)s->core.layout.n_params;
+    return s->split->chunk_grads + (size_t)(c - 1) * (size_t)s->core.layout.n_params;
 }
 
-int emg_x86_chunk_grads_alloc(struct emg_session *s) {
-    const int extra = emg_x86_max_chunks(s) - 1;
+int emg_x86_split_alloc(struct emg_session *s) {
+    struct emg_split *sp = calloc(1, sizeof *sp);
+    if (sp == NULL) return EMG_ERR_NOMEM;
+    s->split = sp;
+    sp->row_tok = malloc(sizeof(int) * (size_t)s->max_rows * 3);
+    if (sp->row_tok == NULL) return EMG_ERR_NOMEM;
+    sp->row_tgt = sp->row_tok + s->max_rows;
+    sp->row_pos = sp->row_tgt + s->max_rows;
+    const int extra = max_chunks(s) - 1;
     if (extra == 0) return EMG_OK;
-    s->chunk_grads = aligned_alloc(64, sizeof(float) * (size_t)extra * (size_t)s->core.layout.n_params);
-    return s->chunk_grads ? EMG_OK : EMG_ERR_NOMEM;
+    sp->chunk_grads = aligned_alloc(64, sizeof(float) * (size_t)extra * (size_t)s->core.layout.n_params);
+    return sp->chunk_grads ? EMG_OK : EMG_ERR_NOMEM;
 }
 
-void emg_x86_chunk_grads_free(struct emg_session *s) {
-    free(s->chunk_grads);
-    s->chunk_grads = NULL;
+void emg_x86_split_free(struct emg_session *s) {
+    if (s->split == NULL) return;
+    session_threads_free(s);
+    free(s->split->chunk_grads);
+    free(s->split->row_tok);
+    free(s->split);
+    s->split = NULL;
 }
 
 void emg_x86_share(long n_params, int tid, int n, long *lo, long *hi) {
@@ -142,7 +178,7 @@ float emg_x86_loss(const struct emg_step_job *job) {
     int P = 0;
     for (int c = 0; c < job->chunks; c++) {
         total += job->totals[c];
-        P += job->s->chunks[c].rows;
+        P += job->s->split->chunks[c].rows;
     }
     return (float)(total / P);
 }
@@ -156,7 +192,8 @@ int emg_x86_reduce(struct emg_step_job *job, int tid, int n) {
     float *grads = job->grads;
     const long tables_end = s->core.layout.layers; /* the embedding tables: [0, tables_end) */
     for (int c = 1; c < job->chunks; c++) {
-        if (s->chunks[c].seq1 == s->chunks[c].seq0) continue; /* an empty chunk wrote nothing */
+        const struct emg_chunk *ch = &s->split->chunks[c];
+        if (ch->seq1 == ch->seq0) continue; /* an empty chunk wrote nothing */
         const float *g = emg_x86_chunk_grads(s, c, grads);
         const long end = job->folded[c] && tables_end < hi ? tables_end : hi;
         for (long i = lo; i < end; i++) grads[i] += g[i];

@@ -62,25 +62,16 @@ def eemicrogpt_backends() -> Iterator[BackendSpec]:
 
 
 @hookimpl
-def eemicrogpt_fp32_peak_gflops(seconds: float) -> float | None:
-    """Single-thread FP32 FMA peak from the widest variant this CPU runs (None when none does)."""
+def eemicrogpt_peak_gflops(precision: str, seconds: float) -> float | None:
+    """Single-thread peak of `precision`: FP32 FMA from the widest variant this CPU runs, or VDPBF16PS for
+    bf16 (None where the CPU lacks it)."""
     if seconds <= 0:
         raise ValueError(f"seconds must be positive, got {seconds}")
-    for name in VARIANTS:  # widest first
-        if probe(name).available:
-            _, lib = extras(name)
-            return float(lib.emg_x86_peak_gflops(float(seconds)))
-    return None
-
-
-@hookimpl
-def eemicrogpt_peak_gflops(precision: str, seconds: float) -> float | None:
-    """Single-thread peak of `precision`: FP32 FMA, or VDPBF16PS for bf16 (None where the CPU lacks it)."""
     if precision == "fp32":
-        return eemicrogpt_fp32_peak_gflops(seconds)
+        widest = next((name for name in VARIANTS if probe(name).available), None)  # VARIANTS: widest first
+        if widest is None:
+            return None
+        return float(extras(widest)[1].emg_x86_peak_gflops(float(seconds)))
     if precision != "bf16" or not probe("avx512_bf16").available:
         return None
-    if seconds <= 0:
-        raise ValueError(f"seconds must be positive, got {seconds}")
-    _, lib = extras("avx512_bf16")
-    return float(lib.emg_x86_bf16_peak_gflops(float(seconds)))
+    return float(extras("avx512_bf16")[1].emg_x86_bf16_peak_gflops(float(seconds)))

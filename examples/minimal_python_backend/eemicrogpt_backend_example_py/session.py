@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from eemicrogpt_core.backends.backend import TrainState
+from eemicrogpt_core.backends.backend import STATE_ARRAYS, TrainState
 from eemicrogpt_core.model.optim import adam_update
 from eemicrogpt_core.model.shape import ModelShape
 
@@ -41,7 +41,7 @@ class ExampleSession:
                 adam_update(s.params, grads, s.adam_m, s.adam_v, s.step + 1, float(lr))
                 s.step += 1
                 losses[i] = loss
-        for name in ("params", "adam_m", "adam_v"):
+        for name in STATE_ARRAYS:
             if not np.all(np.isfinite(getattr(s, name))):
                 raise FloatingPointError(f"non-finite {name} after step {s.step}")
         return losses
