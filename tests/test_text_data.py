@@ -215,7 +215,9 @@ def test_eval_on_the_held_out_part_gives_the_validation_line(text_cfg: TrainConf
     printed = run("eval", str(out), "--data", str(held_out), "--backend", "numpy_ref")
     assert printed.exit_code == 0, printed.output
     assert f"loss {val:.4f} nats" in printed.stdout and "bits per character" in printed.stdout
-    one_line_error(run("sample", str(out)), "trained on a text")  # names sampling has no end to stop at here
+    one_line_error(run("sample", str(out), "--prefix", "a"), "trained on a text")  # names have no end here
+    continued = run("sample", str(out), "--prompt", "\n", "--max-new-tokens", "50", "--seed", "1")
+    assert continued.exit_code == 0 and len(continued.stdout) == 1 + 50 + 1  # the prompt, 50 characters, a newline
 
 
 def test_eval_of_a_list_run_counts_every_name(tmp_path: Path, names_file: Path) -> None:

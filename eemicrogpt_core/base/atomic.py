@@ -1,12 +1,15 @@
-"""Atomic file writes: a temporary file in the same directory, fsynced, then renamed over the target."""
+"""Atomic file writes: a temporary file in the same directory, fsynced, then renamed over the target (or, for a
+file that must not replace anything, linked to a new name)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 _TEMP_MIDDLE = "[a-z0-9_]{8}"  # what tempfile.mkstemp puts between our prefix and suffix
 
@@ -83,3 +86,30 @@ def remove_stale_temporaries(directory: Path, names: Iterable[str]) -> list[Path
 
 def atomic_write_text(path: Path, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
+
+
+@contextlib.contextmanager
+def created_file(path: Path) -> Iterator[BinaryIO]:
+    """Write a new file that appears whole or not at all and never replaces anything: the bytes go to a
+    temporary file in the same directory, which is then hard-linked to path (link fails on an existing name,
+    a dangling symlink included, where a rename would replace it). FileExistsError if path exists; on any
+    failure the temporary file is removed and path is left as it was."""
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as e:  # name the file the user asked for, not the temporary one
+        raise OSError(e.errno, e.strerror, str(path)) from e
+    try:
+        if hasattr(os, "fchmod"):
+            os.fchmod(fd, 0o666 & ~process_umask())
+        with os.fdopen(fd, "wb") as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.link(tmp, path)
+    except OSError as e:
+        if e.filename is None:  # a failed write() names no file: name the one the user knows
+            raise OSError(e.errno, e.strerror, str(path)) from e
+        raise
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+    fsync_directory(path.parent)

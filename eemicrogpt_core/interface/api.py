@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import tempfile
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,7 +18,8 @@ from ..base.atomic import atomic_write_text
 from ..base.errors import ConfigError, DataError
 from ..base.paths import user_path
 from ..data.names import clean_prefix
-from ..model.sampling import generate
+from ..model.choice import Choice
+from ..model.sampling import default_prompt, forward_logits, sample_names, text_continuations
 from ..model.shape import ModelShape
 from ..model.vocab import Vocabulary
 from ..training import runs
@@ -28,6 +30,7 @@ from ..training.progress import RichReporter
 from ..training.rundir import RunDir
 from ..training.target import TargetOutcome
 from ..training.trainer import NullReporter
+from .sample_output import DEFAULT_NEW_TOKENS, TEXT_TEMPERATURE
 from .train_keys import TrainKeys
 
 if TYPE_CHECKING:  # typing.Unpack is 3.11+; only type checkers read the annotation
@@ -66,21 +69,40 @@ class Run:
     def val_loss(self) -> float | None:
         return self.metrics[-1].get("val_loss") if self.metrics else None
 
-    def sample(self, n: int = 20, temperature: float = 0.5, seed: int = 0, *, prefix: str = "",
-               max_len: int | None = None, unique: bool = False) -> list[str]:
-        """n names (temperature 0: greedy); see eemicrogpt_core.model.sampling.generate."""
-        return generate(self.params, self.shape, self.vocab, n, temperature, seed,
-                        prefix=clean_prefix(prefix, self.config.lowercase), max_len=max_len, unique=unique)
+    def sample(self, n: int = 20, temperature: float = 0.5, seed: int | None = None, *, prefix: str = "",
+               max_len: int | None = None, unique: bool = False, top_k: int | None = None,
+               top_p: float | None = None) -> list[str]:
+        """n names (temperature 0: greedy; seed None: fresh names each call, a seed >= 0 reproduces them); drawn
+        in batches of bounded memory, n up to MAX_SAMPLES; see eemicrogpt_core.model.sampling.sample_names."""
+        names = sample_names(self.params, self.shape, self.vocab, n, Choice(temperature, top_k, top_p), seed,
+                             prefix=clean_prefix(prefix, self.config.lowercase), max_len=max_len, unique=unique)
+        return list(names)
+
+    def generate(self, prompt: str | None = None, max_new_tokens: int = DEFAULT_NEW_TOKENS,
+                 temperature: float = TEXT_TEMPERATURE, top_k: int | None = None, top_p: float | None = None,
+                 seed: int | None = None, slide: int = 1) -> str:
+        """A text model's continuation of prompt (default: a newline if the text has one, else its first
+        character): max_new_tokens characters, the prompt not included. Past the context the window is cropped
+        to the last `context` characters before each new one, as nanoGPT does; slide s > 1 drops s at a time
+        instead (faster; a character then sees context - s + 1 to context characters)."""
+        text = default_prompt(self.vocab) if prompt is None else unicodedata.normalize("NFC", prompt)
+        (chars,) = text_continuations(self.params, self.shape, self.vocab, text, max_new_tokens, 1,
+                                      Choice(temperature, top_k, top_p), seed, slide)
+        return "".join(chars)
 
     def logits(self, text: str) -> np.ndarray:
-        """Logits [len(text) + 1, vocab] after the boundary and each character of text (float64)."""
-        from ..model.sampling import forward_logits
-
+        """Logits [positions, vocab] (float64): for a list's model after the boundary and each character of text
+        (len(text) + 1 rows, at most the context), for a text's after each character (1..context rows)."""
         bad = self.vocab.unknown(text)
         if bad is not None:
             raise ConfigError(f"character {bad!r} is not in the model's vocabulary")
-        tokens = np.array([[self.vocab.boundary, *self.vocab.encode(text)]], dtype=np.int64)
-        return forward_logits(self.params, self.shape, tokens)[0]
+        start = [self.vocab.boundary] if self.vocab.with_boundary else []
+        tokens = [*start, *self.vocab.encode(text)]
+        if not 1 <= len(tokens) <= self.shape.context:
+            least, most = 1 - len(start), self.shape.context - len(start)
+            raise ConfigError(f"the text has {len(text)} characters; the model reads {least}..{most} at once "
+                              f"(its context is {self.shape.context})")
+        return forward_logits(self.params, self.shape, np.array([tokens], dtype=np.int64))[0]
 
     def eval(self, data: str | Path, backend: str | None = None) -> FileLoss:
         """Mean loss over a whole file in the run's format (every name of a list, every character of a text):

@@ -26,8 +26,8 @@ from ..base.errors import ConfigError, EemicrogptError, describe_os_error
 from ..base.paths import user_path
 from ..base.shipped import description, shipped
 from ..data.datafile import resolve_data_path
-from ..data.names import clean_prefix, encode, read_names, split
-from ..model.sampling import generate
+from ..data.names import encode, read_names, split
+from ..model.sampling import MAX_NEW_TOKENS, MAX_SAMPLES
 from ..model.shape import DEFAULT_CONTEXT, NAMES_VOCAB, ModelShape
 from ..model.vocab import Vocabulary
 from ..tools import bench
@@ -38,10 +38,21 @@ from ..training.progress import RichReporter
 from ..training.rundir import BEST_NAME, model_file
 from ..training.trainer import PreparedData, TrainResult
 from .config_options import flag_of, with_config_options
+from .sample_output import (
+    DEFAULT_NEW_TOKENS,
+    NAMES_N,
+    NAMES_TEMPERATURE,
+    TEXT_N,
+    TEXT_TEMPERATURE,
+    SampleOptions,
+    sample_lines,
+    stream,
+    summary_sample,
+    write_new,
+)
 from .versions import version_report
 
 EXIT_USER_ERROR = 2
-MAX_SAMPLES = 10_000  # sample -n: the forward pass holds n x 16 positions of activations at once
 MAX_BENCH_REPEATS = 1000
 MAX_BENCH_SECONDS = 3600.0
 
@@ -169,9 +180,8 @@ def _summary(result: TrainResult, cfg: TrainConfig, console: Console) -> None:
         console.print(f"note: the machine was busy during this time-budget run ({c.slowdown:.2f}x the fastest "
                       f"warm-up step, load average {loads or 'unknown'} on {c.cpus} CPUs): its step count is "
                       "not a quiet machine's", highlight=False)
-    if cfg.data_format == "lines":  # a text's continuation is not a list of samples
-        names = generate(result.state.params, result.shape, result.vocab, n=10, temperature=0.5, seed=cfg.seed)
-        console.print("samples: " + ", ".join(names), highlight=False)
+    console.print(summary_sample(result.state.params, result.shape, result.vocab, cfg.seed), highlight=False,
+                  markup=False)
     if result.run_dir is not None:
         console.print(f"run directory: {result.run_dir}", highlight=False)
 
@@ -236,43 +246,63 @@ def train_cmd(
 @app.command("sample")
 def sample_cmd(
     run_dir: Annotated[Path, typer.Argument(help="a run directory written by `eemicrogpt train`")],
-    n: Annotated[int, typer.Option("-n", "--num", help="how many names (1..10,000)")] = 20,
+    n: Annotated[int | None, typer.Option("-n", "--num", help=f"how many names (default {NAMES_N}) or text "
+                                          f"continuations (default {TEXT_N}); 1..{MAX_SAMPLES:,}")] = None,
     temperature: Annotated[
-        float, typer.Option(help="sampling temperature (>= 0; lower is more typical; 0 is greedy)")
-    ] = 0.5,
-    seed: Annotated[int, typer.Option(help="sampling seed")] = 0,
-    prefix: Annotated[str, typer.Option(help="continue names that start with this text")] = "",
-    max_len: Annotated[
-        int | None, typer.Option(help="longest name in characters (default and upper bound: the model's context)")
+        float | None, typer.Option(help=f"sampling temperature (>= 0; lower is more typical; 0 is greedy; default "
+                                   f"{NAMES_TEMPERATURE} for names, {TEXT_TEMPERATURE} for text)")
     ] = None,
-    unique: Annotated[bool, typer.Option("--unique", help="distinct names only (fewer when the model has "
+    seed: Annotated[int | None, typer.Option(help="sampling seed (default: fresh samples each time)")] = None,
+    top_k: Annotated[int | None, typer.Option(help="draw from the k most likely tokens only (1..vocabulary)")] = None,
+    top_p: Annotated[float | None, typer.Option(help="draw from the fewest most likely tokens whose "
+                                                "probabilities sum to >= p (0 < p <= 1)")] = None,
+    prefix: Annotated[str | None, typer.Option(help="names: continue names that start with this text")] = None,
+    max_len: Annotated[
+        int | None, typer.Option(help="names: longest name in characters (default and upper bound: the context)")
+    ] = None,
+    unique: Annotated[bool, typer.Option("--unique", help="names: distinct names only (fewer when the model has "
                                          "fewer to give)")] = False,
-    out: Annotated[Path | None, typer.Option(help="write the names to this new file (never overwritten)")] = None,
+    prompt: Annotated[str | None, typer.Option(help="text: continue this text (default: a newline if the text has "
+                                               "one, else its first character)")] = None,
+    prompt_file: Annotated[Path | None, typer.Option(help="text: continue the text of this UTF-8 file")] = None,
+    max_new_tokens: Annotated[int | None, typer.Option(help=f"text: characters to generate per continuation "
+                                                       f"(default {DEFAULT_NEW_TOKENS}; "
+                                                       f"1..{MAX_NEW_TOKENS:,})")] = None,
+    slide: Annotated[int | None, typer.Option(help="text: past the context, drop this many characters of the "
+                                              "window at a time (default 1: crop before every character, as "
+                                              "nanoGPT; larger is faster, each character then sees fewer)")] = None,
+    out: Annotated[Path | None, typer.Option(help="write to this new file (never overwritten)")] = None,
     best: Annotated[bool, typer.Option("--best", help=_BEST_HELP)] = False,
 ) -> None:
-    """Generate names from a trained run."""
-    if not 1 <= n <= MAX_SAMPLES:
+    """Generate names, or continue a prompt, from a trained run (printed as they are drawn)."""
+    if n is not None and not 1 <= n <= MAX_SAMPLES:
         raise ConfigError(f"-n must be in 1..{MAX_SAMPLES:,}, got {n:,}")
-    if not (math.isfinite(temperature) and temperature >= 0):
+    if temperature is not None and not (math.isfinite(temperature) and temperature >= 0):
         raise ConfigError(f"--temperature must be a finite number >= 0 (0: greedy), got {temperature}")
-    if seed < 0:
+    if seed is not None and seed < 0:
         raise ConfigError(f"--seed must be >= 0, got {seed}")
+    if max_new_tokens is not None and not 1 <= max_new_tokens <= MAX_NEW_TOKENS:
+        raise ConfigError(f"--max-new-tokens must be in 1..{MAX_NEW_TOKENS:,}, got {max_new_tokens:,} (a million "
+                          "characters already take minutes; more is taken for a mistake)")
+    if top_k is not None and top_k < 1:
+        raise ConfigError(f"--top-k must be >= 1 (and at most the model's vocabulary), got {top_k}")
+    if top_p is not None and not (math.isfinite(top_p) and 0 < top_p <= 1):
+        raise ConfigError(f"--top-p must be in (0, 1], got {top_p}")
+    if prompt is not None and prompt_file is not None:
+        raise ConfigError("give --prompt or --prompt-file, not both")
     target = user_path(out, "--out") if out is not None else None
     if target is not None and (target.exists() or target.is_symlink()):
         raise ConfigError(f"--out {target} already exists; choose a new file (samples never overwrite one)")
+    options = SampleOptions(n, temperature, seed, top_k, top_p, prefix, max_len, unique, prompt,
+                            user_path(prompt_file, "--prompt-file") if prompt_file is not None else None,
+                            max_new_tokens, slide)
     ckpt = load_checkpoint(model_file(run_dir, best))
-    names = generate(ckpt.state.params, ckpt.shape, ckpt.vocab, n=n, temperature=temperature, seed=seed,
-                     prefix=clean_prefix(prefix, ckpt.config.lowercase), max_len=max_len, unique=unique)
+    pieces = sample_lines(ckpt, options)
     if target is None:
-        for name in names:
-            print(name)
+        stream(pieces, sys.stdout)
         return
-    try:
-        with target.open("x", encoding="utf-8") as f:  # "x": fails rather than replace a file made meanwhile
-            f.write("".join(f"{name}\n" for name in names))
-    except OSError as e:
-        raise ConfigError(describe_os_error(e, "cannot write the samples")) from None
-    print(f"wrote {len(names)} names to {target}")
+    names, chars = write_new(pieces, target)
+    print(f"wrote {names:,} names" if ckpt.vocab.with_boundary else f"wrote {chars:,} characters", f"to {target}")
 
 
 @app.command("eval")
