@@ -13,6 +13,7 @@ only reported, not retrained).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 from collections import deque
@@ -25,11 +26,12 @@ import yaml
 from ..backends.registry import BackendRegistry
 from ..base.atomic import atomic_write_text, remove_stale_temporaries
 from ..base.errors import ConfigError, StorageError, describe_os_error
+from ..base.reading import read_regular_bytes
 from ..data.datafile import resolve_data_path
 from ..data.names import read_names
 from ..data.text import read_text
 from ..model.shape import NAMES_VOCAB
-from ..training.config import resolve_backend
+from ..training.config import MAX_CONFIG_BYTES, resolve_backend
 from ..training.rundir import CHECKPOINT_NAME, LOCK_NAME, lock_directory
 from .progress import SweepProgress
 from .results import CSV_NAME, ResultStore
@@ -125,7 +127,7 @@ def open_sweep_dir(sweep_dir: Path, spec: SweepSpec) -> None:
     path = sweep_dir / SPEC_NAME
     if path.is_file():
         try:
-            saved = yaml.safe_load(path.read_text(encoding="utf-8"))
+            saved = yaml.safe_load(read_regular_bytes(path, "sweep's spec", MAX_CONFIG_BYTES, ConfigError))
         except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
             reason = " ".join(str(e).split())
             raise ConfigError(f"{path} is damaged ({reason}); restore it, or move that directory away to start the "
@@ -148,20 +150,29 @@ def not_a_sweep_dir(sweep_dir: Path) -> bool:
 
 def claim_sweep_dir(sweep_dir: Path, spec: SweepSpec) -> int | None:
     """Create or check the sweep directory and hold its lock: a second sweep into it is refused until this one
-    exits (two would each record the other's runs as failed). Returns the descriptor holding the lock."""
+    exits (two would each record the other's runs as failed). Returns the descriptor holding the lock. A refusal
+    leaves nothing behind: the lock file and the directory are removed if this call made them."""
     if not_a_sweep_dir(sweep_dir):
         raise ConfigError(f"--out {sweep_dir} exists and is not a sweep directory (no {SPEC_NAME})")
+    made_dir = not sweep_dir.exists()
+    made_lock = not (sweep_dir / LOCK_NAME).exists()
     try:
         sweep_dir.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise StorageError(describe_os_error(e, "cannot create the sweep directory")) from None
-    fd = lock_directory(sweep_dir, f"{sweep_dir} is in use by another eemicrogpt sweep; wait for it to finish "
-                                   "or choose another --out", ConfigError)
+    fd = None
     try:
+        fd = lock_directory(sweep_dir, f"{sweep_dir} is in use by another eemicrogpt sweep; wait for it to finish "
+                                       "or choose another --out", ConfigError)
         open_sweep_dir(sweep_dir, spec)
     except BaseException:
         if fd is not None:
             os.close(fd)
+        if made_lock and fd is not None:
+            (sweep_dir / LOCK_NAME).unlink(missing_ok=True)
+        if made_dir:
+            with contextlib.suppress(OSError):
+                sweep_dir.rmdir()
         raise
     if fd is not None:
         remove_stale_temporaries(sweep_dir, (SPEC_NAME, CSV_NAME))

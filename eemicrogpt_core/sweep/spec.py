@@ -282,7 +282,7 @@ def check_run_count(spec: SweepSpec) -> None:
 
 def load_spec(path: str | Path) -> SweepSpec:
     path = Path(path)
-    return parse_spec(read_yaml(path), str(path), default_name=path.stem)
+    return parse_spec(read_yaml(path, "sweep spec"), str(path), default_name=path.stem)
 
 
 def _round(value: float) -> float:

@@ -92,9 +92,10 @@ def run_records(path: Path) -> list[dict[str, Any]]:
     """A run directory's metrics records, checked for plotting. A line that is not JSON is skipped (a save cut
     short by a full disk leaves one, see RunDir.read_metrics); a record that cannot be drawn is an error naming
     its line, and a log with lines but no records says it is not one eemicrogpt wrote."""
-    metrics = RunDir(path).metrics_path
+    run = RunDir(path)
+    metrics = run.metrics_path
     try:
-        text = metrics.read_bytes().decode("utf-8", "replace")
+        text = run.metrics_text()
     except FileNotFoundError:
         raise ConfigError(f"{path}: the run has logged no metrics yet") from None
     records, lines = [], 0

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import stat
 import time
 from pathlib import Path
 from typing import Any
 
 from ..base.atomic import atomic_write_text, remove_stale_temporaries
 from ..base.errors import CheckpointError, EemicrogptError, StorageError, describe_os_error
-from ..base.paths import user_path
+from ..base.paths import resolved_dir, user_path
+from ..base.reading import read_regular_bytes
 from .config import TrainConfig, dump_yaml
 
 try:
@@ -22,12 +25,22 @@ CONFIG_NAME = "config.yaml"
 METRICS_NAME = "metrics.jsonl"
 CHECKPOINT_NAME = "checkpoint.npz"
 RUN_FILES = (CONFIG_NAME, METRICS_NAME, CHECKPOINT_NAME)
-# Created with the directory, so its presence marks the directory as an eemicrogpt run's (files there are ours
-# to rewrite); held (flock) by the one process training in the directory, released when it exits.
+# Held (flock) by the one process training in the directory, released when it exits. Earlier versions also
+# took its mere presence as "this directory is ours", which anyone could forge with `touch .lock`.
 LOCK_NAME = ".lock"
+# What marks a directory as made by eemicrogpt: a file of this name holding MARKER_MAGIC and the directory's
+# inode number, written last when the directory is created. A generic file, a copy of the marker in another
+# directory or an empty one does not count. Earlier versions' run directories (a .lock beside the run files)
+# still resume, since --resume needs only a readable checkpoint.npz; a new run into one that never saved a
+# checkpoint is refused like any directory of the user's.
+MARKER_NAME = ".eemicrogpt-run"
+MARKER_MAGIC = "eemicrogpt run directory: eemicrogpt writes among these files; remove this file to keep it out"
+MAX_MARKER_BYTES = 4096
+# metrics.jsonl holds a record of ~200 bytes per log step: 64 MiB is some 300,000 log lines (log_every 100 over
+# 30 million steps), and parsed they stay under a few hundred MB. A bigger or endless file (a link to
+# /dev/zero) is refused after reading at most this much.
+MAX_METRICS_BYTES = 64 << 20
 SHOWN_ENTRIES = 3  # of a foreign directory's files, named in the refusal
-
-
 def lock_directory(directory: Path, busy: str, error: type[EemicrogptError] = CheckpointError) -> int | None:
     """flock directory/.lock without waiting; returns the descriptor that holds it (None where there are no
     advisory locks). Raises error(busy) when another process holds it."""
@@ -45,16 +58,32 @@ def lock_directory(directory: Path, busy: str, error: type[EemicrogptError] = Ch
     return fd
 
 
+def marker_text(directory: Path) -> str:
+    return f"{MARKER_MAGIC}\ninode {os.stat(directory).st_ino}\n"
+
+
+def made_by_eemicrogpt(directory: Path) -> bool:
+    """The directory holds our marker (a regular file, not a link) naming this very directory's inode."""
+    marker = directory / MARKER_NAME
+    try:
+        if not stat.S_ISREG(os.lstat(marker).st_mode):
+            return False
+        text = read_regular_bytes(marker, "run directory marker", MAX_MARKER_BYTES).decode("utf-8")
+        return text == marker_text(directory)
+    except (OSError, EemicrogptError, UnicodeDecodeError):
+        return False
+
+
 def foreign_directory_problem(directory: Path, option: str) -> str | None:
     """Why eemicrogpt must not write in `directory`: it exists, is not empty and was not made by eemicrogpt
-    (it lacks .lock); None when it is missing, empty or ours."""
+    (it lacks a valid MARKER_NAME); None when it is missing, empty or ours."""
     try:
         entries = sorted(p.name for p in directory.iterdir())
     except (FileNotFoundError, NotADirectoryError):
         return None  # nothing there to overwrite (creating it reports any problem with the path)
     except OSError as e:
         return describe_os_error(e, f"cannot list {option}")
-    if not entries or LOCK_NAME in entries:
+    if not entries or made_by_eemicrogpt(directory):
         return None
     shown = ", ".join(entries[:SHOWN_ENTRIES]) + (", ..." if len(entries) > SHOWN_ENTRIES else "")
     return (f"{option} {directory} is not empty and was not made by eemicrogpt (it holds {shown}); choose a new "
@@ -105,8 +134,14 @@ class RunDir:
 
     @classmethod
     def create(cls, out: str | None, cfg: TrainConfig) -> RunDir:
-        """A new run directory; refuses one that already holds a run (that is what --resume is for)."""
-        path = user_path(out, "--out") if out else _fresh_default(cfg)
+        """A new run directory; refuses one that already holds a run (that is what --resume is for) and one
+        with files eemicrogpt did not make. Ownership is decided on where the path leads (resolved_dir) before
+        anything is created, and a creation that fails removes the directory it made."""
+        if not out:
+            run = cls(_fresh_default(cfg))
+            run._mark_or_remove(made=True)
+            return run
+        path = resolved_dir(user_path(out, "--out"))
         run = cls(path)
         if run.checkpoint_path.exists():
             raise CheckpointError(f"{path} already holds a run; continue it with --resume {path} or pick another --out")
@@ -115,14 +150,24 @@ class RunDir:
         problem = foreign_directory_problem(path, "--out")
         if problem is not None:
             raise CheckpointError(problem)
+        made = not path.exists()
         _mkdir(path, exist_ok=True)
-        run.mark()
+        run._mark_or_remove(made)
         return run
 
-    def mark(self) -> None:
-        """Mark the directory as an eemicrogpt run's (see LOCK_NAME)."""
+    def _mark_or_remove(self, made: bool) -> None:
         try:
-            os.close(os.open(self.path / LOCK_NAME, os.O_WRONLY | os.O_CREAT, 0o644))
+            self.mark()
+        except BaseException:
+            if made:
+                with contextlib.suppress(OSError):  # it holds something after all: leave it
+                    self.path.rmdir()
+            raise
+
+    def mark(self) -> None:
+        """Mark the directory as an eemicrogpt run's (see MARKER_NAME)."""
+        try:
+            atomic_write_text(self.path / MARKER_NAME, marker_text(self.path))
         except OSError as e:
             raise StorageError(describe_os_error(e, "cannot write in the run directory")) from None
 
@@ -162,12 +207,20 @@ class RunDir:
                 raise OSError(e.errno, e.strerror, str(self.metrics_path)) from e
             raise
 
+    def metrics_text(self) -> str:
+        """metrics.jsonl, read with a bound (MAX_METRICS_BYTES) and only if it is a regular file;
+        FileNotFoundError when there is none."""
+        raw = read_regular_bytes(self.metrics_path, "metrics log", MAX_METRICS_BYTES, CheckpointError)
+        return raw.decode("utf-8", "replace")
+
     def read_metrics(self) -> list[dict[str, Any]]:
         """The records; a damaged line (half-written by a full disk or a power cut) is skipped, not fatal."""
-        if not self.metrics_path.exists():
+        try:
+            text = self.metrics_text()
+        except FileNotFoundError:
             return []
         records = []
-        for line in self.metrics_path.read_bytes().decode("utf-8", "replace").splitlines():
+        for line in text.splitlines():
             try:
                 record = json.loads(line)
             except ValueError:
