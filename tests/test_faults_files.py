@@ -4,6 +4,7 @@ files and reads without a bound. Each is driven through the CLI and the Python A
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import shutil
@@ -246,3 +247,100 @@ def test_a_checkpoint_that_is_not_a_file_is_refused(target: str, run_copy: Path,
     for args in (["sample", str(run_copy)], ["export", str(run_copy), "--out", str(tmp_path / "w.safetensors")]):
         one_line_error(_in_time(lambda args=args: run(*args)), "checkpoint")
     assert not (tmp_path / "w.safetensors").exists()
+
+
+# ---------------------------------------------------------------------------- 3. outputs written over user files
+
+
+def test_plot_never_replaces_or_writes_through_what_it_did_not_make(saved_run: Path, tmp_path: Path) -> None:
+    """The trial's case: `plot RUN --out p` where p (the user's) holds loss_curves.png, or a link by that name
+    to a file of the user's elsewhere."""
+    victim = tmp_path / "victim.txt"
+    victim.write_bytes(b"the user's own file\n")
+    for variant in ("file", "link"):
+        p = tmp_path / f"p-{variant}"
+        p.mkdir()
+        if variant == "file":
+            (p / "loss_curves.png").write_bytes(b"my figure")
+        else:
+            (p / "loss_curves.png").symlink_to(victim)
+        before = snapshot(tmp_path)
+        one_line_error(run("plot", str(saved_run), "--out", str(p)), f"{p / 'loss_curves.png'} already exists",
+                       "not made by eemicrogpt plot")
+        assert snapshot(tmp_path) == before
+
+
+def test_plot_writes_new_files_into_a_users_directory_and_replaces_its_own(saved_run: Path, tmp_path: Path) -> None:
+    mine = users_dir(tmp_path / "mine", **{"notes.txt": b"mine"})
+    assert run("plot", str(saved_run), "--out", str(mine)).exit_code == 0
+    assert (mine / "loss_curves.png").is_file() and (mine / "notes.txt").read_bytes() == b"mine"
+    one_line_error(run("plot", str(saved_run), "--out", str(mine)), "already exists")  # not ours to replace
+    ours = tmp_path / "figures"
+    assert run("plot", str(saved_run), "--out", str(ours)).exit_code == 0
+    victim = tmp_path / "victim.txt"
+    victim.write_bytes(b"the user's own file\n")
+    (ours / "loss_curves.png").unlink()
+    (ours / "loss_curves.png").symlink_to(victim)  # planted in our directory: replaced, not followed
+    assert run("plot", str(saved_run), "--out", str(ours)).exit_code == 0
+    assert victim.read_bytes() == b"the user's own file\n"
+    assert not (ours / "loss_curves.png").is_symlink() and (ours / "loss_curves.png").stat().st_size > 1000
+
+
+def test_sample_out_on_a_full_disk_leaves_nothing_and_the_rerun_works(saved_run: Path, tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    from eemicrogpt_core.base import atomic
+
+    target = tmp_path / "names.txt"
+
+    def full(fd: int) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    with monkeypatch.context() as m:
+        m.setattr(atomic.os, "fsync", full)
+        one_line_error(run("sample", str(saved_run), "-n", "5", "--out", str(target)),
+                       f"cannot write the samples {target}: No space left on device")
+    assert sorted(tmp_path.iterdir()) == []  # no partial file, no temporary file
+    result = run("sample", str(saved_run), "-n", "5", "--out", str(target))
+    assert result.exit_code == 0, result.output
+    assert len(target.read_text().splitlines()) == 5
+
+
+@pytest.mark.parametrize("command", ["sample", "export"])
+def test_sample_and_export_refuse_an_existing_file_or_link(command: str, saved_run: Path, tmp_path: Path) -> None:
+    victim = tmp_path / "victim.txt"
+    victim.write_bytes(b"mine")
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    for target in (victim, tmp_path / "dangling"):
+        before = snapshot(tmp_path)
+        extra = ["-n", "3"] if command == "sample" else []
+        one_line_error(run(command, str(saved_run), *extra, "--out", str(target)), "already exists")
+        assert snapshot(tmp_path) == before
+
+
+def test_logs_are_never_appended_through_a_link(run_copy: Path, tmp_path: Path, names_file: Path) -> None:
+    """metrics.jsonl replaced by a link to a user's file: the resume rewrites the log in place of the link (as
+    it trims the records past the checkpoint) and appends to its own file, never to the user's."""
+    victim = tmp_path / "victim.txt"
+    victim.write_bytes((run_copy / "metrics.jsonl").read_bytes())
+    (run_copy / "metrics.jsonl").unlink()
+    (run_copy / "metrics.jsonl").symlink_to(victim)
+    before = victim.read_bytes()
+    result = run("train", "--resume", str(run_copy), "--steps", "30", "--data", str(names_file))
+    assert result.exit_code == 0, result.output
+    assert victim.read_bytes() == before
+    assert not (run_copy / "metrics.jsonl").is_symlink()
+    assert '"step": 30' in (run_copy / "metrics.jsonl").read_text()
+
+
+def test_sweep_results_are_never_appended_through_a_link(tmp_path: Path) -> None:
+    from eemicrogpt_core.base.errors import StorageError
+    from eemicrogpt_core.sweep.results import ResultStore
+
+    victim = tmp_path / "victim.txt"
+    victim.write_bytes(b"mine\n")
+    sweep_dir = tmp_path / "sw"
+    sweep_dir.mkdir()
+    (sweep_dir / "results.jsonl").symlink_to(victim)
+    with pytest.raises(StorageError, match="is a symbolic link, which eemicrogpt does not write through"):
+        ResultStore(sweep_dir, ["lr"]).add({"run_id": "lr=1", "lr": 1, "status": "done"})
+    assert victim.read_bytes() == b"mine\n"

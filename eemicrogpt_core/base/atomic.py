@@ -1,7 +1,9 @@
-"""Atomic file writes: a temporary file in the same directory, fsynced, then renamed over the target."""
+"""Atomic file writes: a temporary file in the same directory, fsynced, then renamed over the target (a file
+of ours) or linked to a new name (a file that must not replace anything); appends that never follow a link."""
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import tempfile
@@ -38,9 +40,9 @@ def process_umask() -> int:
     return mask
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Readers see the old file or the new one, never half of either (os.replace is atomic on POSIX). The file
-    gets the mode an ordinary create would (0666 less the umask), not mkstemp's private 0600."""
+def _write_temporary(path: Path, data: bytes) -> str:
+    """data in a new, fsynced temporary file beside path (named as remove_stale_temporaries expects), with the
+    mode an ordinary create would give (0666 less the umask), not mkstemp's private 0600."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
@@ -50,7 +52,6 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
     except OSError as e:
         Path(tmp).unlink(missing_ok=True)
         if e.filename is None:  # a failed write() names no file: name the one the user knows
@@ -59,7 +60,63 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    return tmp
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Readers see the old file or the new one, never half of either (os.replace is atomic on POSIX). A link
+    at path is replaced itself, never written through."""
+    tmp = _write_temporary(path, data)
+    try:
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
     fsync_directory(path.parent)
+
+
+def atomic_create_bytes(path: Path, data: bytes) -> None:
+    """A new file, whole or not at all (a full disk leaves nothing behind to block a re-run); an existing path
+    (a file, a directory, a link, dangling or not) is never replaced or followed: FileExistsError. os.link
+    gives both: it fails when the name exists, and the name appears only once the data is on disk."""
+    if os.path.lexists(path):
+        raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), str(path))
+    tmp = _write_temporary(path, data)
+    try:
+        os.link(tmp, path)
+    except OSError as e:
+        if e.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.ENOSYS):
+            raise
+        _create_exclusive(path, data)  # a file system without hard links (FAT, some FUSE mounts)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+    fsync_directory(path.parent)
+
+
+def _create_exclusive(path: Path, data: bytes) -> None:
+    """O_EXCL creation (never replaces, never follows a link); a failed write removes the partial file."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o666)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+    except BaseException:
+        path.unlink(missing_ok=True)
+        raise
+
+
+def append_text(path: Path, text: str) -> None:
+    """Append to a log of ours (created if missing); a link at path is refused (ELOOP), never written through."""
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(path, flags, 0o666)
+    try:
+        with os.fdopen(fd, "a", encoding="utf-8") as f:
+            f.write(text)
+    except OSError as e:
+        if e.filename is None:  # a failed write() names no file: name the one the user knows
+            raise OSError(e.errno, e.strerror, str(path)) from e
+        raise
 
 
 def remove_stale_temporaries(directory: Path, names: Iterable[str]) -> list[Path]:

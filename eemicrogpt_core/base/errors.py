@@ -51,6 +51,8 @@ _ADVICE = {
     errno.ENOTDIR: "a parent of this path is a file, not a directory; choose another path",
     errno.ENOENT: "a parent folder is missing; create it or choose another path",
     errno.EISDIR: "it is a directory; give a file path",
+    errno.ELOOP: "it is a symbolic link, which eemicrogpt does not write through; remove the link",
+    errno.EEXIST: "it already exists and eemicrogpt never replaces a file it did not create; choose a new path",
 }
 
 

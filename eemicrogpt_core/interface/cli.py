@@ -21,7 +21,8 @@ from typer.core import TyperGroup
 from .. import __version__
 from ..backends.precision import FP32, PRECISIONS
 from ..backends.registry import BackendRegistry, load_registry, peak_gflops
-from ..base.errors import ConfigError, EemicrogptError, describe_os_error
+from ..base.atomic import atomic_create_bytes
+from ..base.errors import ConfigError, EemicrogptError, StorageError, describe_os_error
 from ..base.paths import user_path
 from ..data.datafile import resolve_data_path
 from ..data.names import clean_prefix, encode, read_names, split
@@ -229,12 +230,19 @@ def sample_cmd(
         for name in names:
             print(name)
         return
-    try:
-        with target.open("x", encoding="utf-8") as f:  # "x": fails rather than replace a file made meanwhile
-            f.write("".join(f"{name}\n" for name in names))
-    except OSError as e:
-        raise ConfigError(describe_os_error(e, "cannot write the samples")) from None
+    _write_samples(target, names)
     print(f"wrote {len(names)} names to {target}")
+
+
+def _write_samples(target: Path, names: list[str]) -> None:
+    """A new file, written whole or not at all (a full disk leaves nothing to block the re-run); never
+    replaces a file or follows a link made meanwhile."""
+    try:
+        atomic_create_bytes(target, "".join(f"{name}\n" for name in names).encode("utf-8"))
+    except FileExistsError:
+        raise ConfigError(f"--out {target} already exists; choose a new file (samples never overwrite one)") from None
+    except OSError as e:
+        raise StorageError(describe_os_error(e, "cannot write the samples")) from None
 
 
 @app.command("eval")

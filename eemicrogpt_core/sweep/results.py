@@ -11,7 +11,7 @@ import math
 from pathlib import Path
 from typing import Any, TypeGuard
 
-from ..base.atomic import atomic_write_text
+from ..base.atomic import append_text, atomic_write_text
 from ..base.errors import ConfigError, StorageError, describe_os_error
 from ..base.reading import read_regular_bytes
 from .runner import DONE, UNAVAILABLE
@@ -119,8 +119,7 @@ class ResultStore:
     def add(self, record: dict[str, Any]) -> None:
         self.latest[record["run_id"]] = record
         try:
-            with self.jsonl_path.open("a", encoding="utf-8") as f:
-                f.write(json.dumps(record) + "\n")
+            append_text(self.jsonl_path, json.dumps(record) + "\n")
             self.write_csv()
         except OSError as e:
             if e.filename is None:  # a failed write() names no file

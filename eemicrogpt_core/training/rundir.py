@@ -5,13 +5,13 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import stat
 import time
 from pathlib import Path
 from typing import Any
 
-from ..base.atomic import atomic_write_text, remove_stale_temporaries
+from ..base.atomic import append_text, atomic_write_text, remove_stale_temporaries
 from ..base.errors import CheckpointError, EemicrogptError, StorageError, describe_os_error
+from ..base.ownership import made_by_eemicrogpt, mark_directory, marker_name
 from ..base.paths import resolved_dir, user_path
 from ..base.reading import read_regular_bytes
 from .config import TrainConfig, dump_yaml
@@ -28,19 +28,18 @@ RUN_FILES = (CONFIG_NAME, METRICS_NAME, CHECKPOINT_NAME)
 # Held (flock) by the one process training in the directory, released when it exits. Earlier versions also
 # took its mere presence as "this directory is ours", which anyone could forge with `touch .lock`.
 LOCK_NAME = ".lock"
-# What marks a directory as made by eemicrogpt: a file of this name holding MARKER_MAGIC and the directory's
-# inode number, written last when the directory is created. A generic file, a copy of the marker in another
-# directory or an empty one does not count. Earlier versions' run directories (a .lock beside the run files)
-# still resume, since --resume needs only a readable checkpoint.npz; a new run into one that never saved a
-# checkpoint is refused like any directory of the user's.
-MARKER_NAME = ".eemicrogpt-run"
-MARKER_MAGIC = "eemicrogpt run directory: eemicrogpt writes among these files; remove this file to keep it out"
-MAX_MARKER_BYTES = 4096
+# What marks a directory as a run's (see base/ownership.py); a bare .lock no longer does. Earlier versions'
+# run directories (a .lock beside the run files) still resume, since --resume needs only a readable
+# checkpoint.npz; a new run into one that never saved a checkpoint is refused like any directory of the user's.
+RUN_KIND = "run"
+MARKER_NAME = marker_name(RUN_KIND)
 # metrics.jsonl holds a record of ~200 bytes per log step: 64 MiB is some 300,000 log lines (log_every 100 over
 # 30 million steps), and parsed they stay under a few hundred MB. A bigger or endless file (a link to
 # /dev/zero) is refused after reading at most this much.
 MAX_METRICS_BYTES = 64 << 20
 SHOWN_ENTRIES = 3  # of a foreign directory's files, named in the refusal
+
+
 def lock_directory(directory: Path, busy: str, error: type[EemicrogptError] = CheckpointError) -> int | None:
     """flock directory/.lock without waiting; returns the descriptor that holds it (None where there are no
     advisory locks). Raises error(busy) when another process holds it."""
@@ -58,22 +57,6 @@ def lock_directory(directory: Path, busy: str, error: type[EemicrogptError] = Ch
     return fd
 
 
-def marker_text(directory: Path) -> str:
-    return f"{MARKER_MAGIC}\ninode {os.stat(directory).st_ino}\n"
-
-
-def made_by_eemicrogpt(directory: Path) -> bool:
-    """The directory holds our marker (a regular file, not a link) naming this very directory's inode."""
-    marker = directory / MARKER_NAME
-    try:
-        if not stat.S_ISREG(os.lstat(marker).st_mode):
-            return False
-        text = read_regular_bytes(marker, "run directory marker", MAX_MARKER_BYTES).decode("utf-8")
-        return text == marker_text(directory)
-    except (OSError, EemicrogptError, UnicodeDecodeError):
-        return False
-
-
 def foreign_directory_problem(directory: Path, option: str) -> str | None:
     """Why eemicrogpt must not write in `directory`: it exists, is not empty and was not made by eemicrogpt
     (it lacks a valid MARKER_NAME); None when it is missing, empty or ours."""
@@ -83,7 +66,7 @@ def foreign_directory_problem(directory: Path, option: str) -> str | None:
         return None  # nothing there to overwrite (creating it reports any problem with the path)
     except OSError as e:
         return describe_os_error(e, f"cannot list {option}")
-    if not entries or made_by_eemicrogpt(directory):
+    if not entries or made_by_eemicrogpt(directory, RUN_KIND):
         return None
     shown = ", ".join(entries[:SHOWN_ENTRIES]) + (", ..." if len(entries) > SHOWN_ENTRIES else "")
     return (f"{option} {directory} is not empty and was not made by eemicrogpt (it holds {shown}); choose a new "
@@ -167,7 +150,7 @@ class RunDir:
     def mark(self) -> None:
         """Mark the directory as an eemicrogpt run's (see MARKER_NAME)."""
         try:
-            atomic_write_text(self.path / MARKER_NAME, marker_text(self.path))
+            mark_directory(self.path, RUN_KIND)
         except OSError as e:
             raise StorageError(describe_os_error(e, "cannot write in the run directory")) from None
 
@@ -199,13 +182,7 @@ class RunDir:
         atomic_write_text(self.config_path, dump_yaml(cfg))
 
     def append_metric(self, record: dict[str, Any]) -> None:
-        try:
-            with self.metrics_path.open("a", encoding="utf-8") as f:
-                f.write(json.dumps(record) + "\n")
-        except OSError as e:
-            if e.filename is None:  # a failed write() names no file: name the one the user knows
-                raise OSError(e.errno, e.strerror, str(self.metrics_path)) from e
-            raise
+        append_text(self.metrics_path, json.dumps(record) + "\n")
 
     def metrics_text(self) -> str:
         """metrics.jsonl, read with a bound (MAX_METRICS_BYTES) and only if it is a regular file;
