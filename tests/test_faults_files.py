@@ -203,56 +203,45 @@ def test_a_growing_config_is_bounded_by_the_bytes_read(tmp_path: Path) -> None:
     one_line_error(run("train", "--config", str(big)), "holds more than 1,048,576 bytes")
 
 
-@pytest.fixture(scope="module")
-def saved_run(names_file: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("saved") / "run"
-    result = run("train", *TINY, "--data", str(names_file), "--out", str(out))
-    assert result.exit_code == 0, result.output
-    return out
-
-
-@pytest.fixture
-def run_copy(saved_run: Path, tmp_path: Path) -> Path:
-    return Path(shutil.copytree(saved_run, tmp_path / "run"))
-
-
 @pytest.mark.parametrize("target", ["/dev/zero", "fifo"])
-def test_a_metrics_log_that_is_not_a_file_is_refused(target: str, run_copy: Path, fifo: Path, tmp_path: Path,
+def test_a_metrics_log_that_is_not_a_file_is_refused(target: str, tiny_run_copy: Path, fifo: Path, tmp_path: Path,
                                                       names_file: Path) -> None:
     """metrics.jsonl linked to /dev/zero or a FIFO: resume, plot and load refuse it in one line, at once."""
-    (run_copy / "metrics.jsonl").unlink()
-    (run_copy / "metrics.jsonl").symlink_to(target if target != "fifo" else fifo)
+    (tiny_run_copy / "metrics.jsonl").unlink()
+    (tiny_run_copy / "metrics.jsonl").symlink_to(target if target != "fifo" else fifo)
     kind = "a device" if target == "/dev/zero" else "a FIFO (named pipe)"
     expected = f"the metrics log is {kind}"
-    resume = ("train", "--resume", str(run_copy), "--steps", "30", "--data", str(names_file))
+    resume = ("train", "--resume", str(tiny_run_copy), "--steps", "30", "--data", str(names_file))
     one_line_error(_in_time(lambda: run(*resume)), expected)
-    one_line_error(_in_time(lambda: run("plot", str(run_copy), "--out", str(tmp_path / "plots"))), expected)
+    one_line_error(_in_time(lambda: run("plot", str(tiny_run_copy), "--out", str(tmp_path / "plots"))), expected)
     with pytest.raises(EemicrogptError, match=re.escape(expected)):
-        _in_time(lambda: eemicrogpt.load(run_copy))
+        _in_time(lambda: eemicrogpt.load(tiny_run_copy))
 
 
-def test_a_huge_metrics_log_is_refused_by_its_bound(run_copy: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_huge_metrics_log_is_refused_by_its_bound(tiny_run_copy: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from eemicrogpt_core.training import rundir
 
     monkeypatch.setattr(rundir, "MAX_METRICS_BYTES", 100)
     with pytest.raises(EemicrogptError, match="the metrics log holds more than 100 bytes"):
-        eemicrogpt.load(run_copy)
+        eemicrogpt.load(tiny_run_copy)
 
 
 @pytest.mark.parametrize("target", ["/dev/zero", "fifo"])
-def test_a_checkpoint_that_is_not_a_file_is_refused(target: str, run_copy: Path, fifo: Path, tmp_path: Path) -> None:
-    (run_copy / "checkpoint.npz").unlink()
-    (run_copy / "checkpoint.npz").symlink_to(target if target != "fifo" else fifo)
+def test_a_checkpoint_that_is_not_a_file_is_refused(target: str, tiny_run_copy: Path, fifo: Path,
+                                                    tmp_path: Path) -> None:
+    (tiny_run_copy / "checkpoint.npz").unlink()
+    (tiny_run_copy / "checkpoint.npz").symlink_to(target if target != "fifo" else fifo)
     # RunDir.existing wants a file: a FIFO or device checkpoint is refused by its kind wherever it is read.
-    for args in (["sample", str(run_copy)], ["export", str(run_copy), "--out", str(tmp_path / "w.safetensors")]):
-        one_line_error(_in_time(lambda args=args: run(*args)), "checkpoint")
+    export = ["export", str(tiny_run_copy), "--out", str(tmp_path / "w.safetensors")]
+    for args in (["sample", str(tiny_run_copy)], export):
+        one_line_error(_in_time(lambda args=args: run(*args)), "checkpoint.npz")
     assert not (tmp_path / "w.safetensors").exists()
 
 
 # ---------------------------------------------------------------------------- 3. outputs written over user files
 
 
-def test_plot_never_replaces_or_writes_through_what_it_did_not_make(saved_run: Path, tmp_path: Path) -> None:
+def test_plot_never_replaces_or_writes_through_what_it_did_not_make(tiny_run: Path, tmp_path: Path) -> None:
     """The trial's case: `plot RUN --out p` where p (the user's) holds loss_curves.png, or a link by that name
     to a file of the user's elsewhere."""
     victim = tmp_path / "victim.txt"
@@ -265,28 +254,28 @@ def test_plot_never_replaces_or_writes_through_what_it_did_not_make(saved_run: P
         else:
             (p / "loss_curves.png").symlink_to(victim)
         before = snapshot(tmp_path)
-        one_line_error(run("plot", str(saved_run), "--out", str(p)), f"{p / 'loss_curves.png'} already exists",
+        one_line_error(run("plot", str(tiny_run), "--out", str(p)), f"{p / 'loss_curves.png'} already exists",
                        "not made by eemicrogpt plot")
         assert snapshot(tmp_path) == before
 
 
-def test_plot_writes_new_files_into_a_users_directory_and_replaces_its_own(saved_run: Path, tmp_path: Path) -> None:
+def test_plot_writes_new_files_into_a_users_directory_and_replaces_its_own(tiny_run: Path, tmp_path: Path) -> None:
     mine = users_dir(tmp_path / "mine", **{"notes.txt": b"mine"})
-    assert run("plot", str(saved_run), "--out", str(mine)).exit_code == 0
+    assert run("plot", str(tiny_run), "--out", str(mine)).exit_code == 0
     assert (mine / "loss_curves.png").is_file() and (mine / "notes.txt").read_bytes() == b"mine"
-    one_line_error(run("plot", str(saved_run), "--out", str(mine)), "already exists")  # not ours to replace
+    one_line_error(run("plot", str(tiny_run), "--out", str(mine)), "already exists")  # not ours to replace
     ours = tmp_path / "figures"
-    assert run("plot", str(saved_run), "--out", str(ours)).exit_code == 0
+    assert run("plot", str(tiny_run), "--out", str(ours)).exit_code == 0
     victim = tmp_path / "victim.txt"
     victim.write_bytes(b"the user's own file\n")
     (ours / "loss_curves.png").unlink()
     (ours / "loss_curves.png").symlink_to(victim)  # planted in our directory: replaced, not followed
-    assert run("plot", str(saved_run), "--out", str(ours)).exit_code == 0
+    assert run("plot", str(tiny_run), "--out", str(ours)).exit_code == 0
     assert victim.read_bytes() == b"the user's own file\n"
     assert not (ours / "loss_curves.png").is_symlink() and (ours / "loss_curves.png").stat().st_size > 1000
 
 
-def test_sample_out_on_a_full_disk_leaves_nothing_and_the_rerun_works(saved_run: Path, tmp_path: Path,
+def test_sample_out_on_a_full_disk_leaves_nothing_and_the_rerun_works(tiny_run: Path, tmp_path: Path,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     from eemicrogpt_core.base import atomic
 
@@ -297,39 +286,39 @@ def test_sample_out_on_a_full_disk_leaves_nothing_and_the_rerun_works(saved_run:
 
     with monkeypatch.context() as m:
         m.setattr(atomic.os, "fsync", full)
-        one_line_error(run("sample", str(saved_run), "-n", "5", "--out", str(target)),
+        one_line_error(run("sample", str(tiny_run), "-n", "5", "--out", str(target)),
                        f"cannot write the samples {target}: No space left on device")
     assert sorted(tmp_path.iterdir()) == []  # no partial file, no temporary file
-    result = run("sample", str(saved_run), "-n", "5", "--out", str(target))
+    result = run("sample", str(tiny_run), "-n", "5", "--out", str(target))
     assert result.exit_code == 0, result.output
     assert len(target.read_text().splitlines()) == 5
 
 
 @pytest.mark.parametrize("command", ["sample", "export"])
-def test_sample_and_export_refuse_an_existing_file_or_link(command: str, saved_run: Path, tmp_path: Path) -> None:
+def test_sample_and_export_refuse_an_existing_file_or_link(command: str, tiny_run: Path, tmp_path: Path) -> None:
     victim = tmp_path / "victim.txt"
     victim.write_bytes(b"mine")
     (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
     for target in (victim, tmp_path / "dangling"):
         before = snapshot(tmp_path)
         extra = ["-n", "3"] if command == "sample" else []
-        one_line_error(run(command, str(saved_run), *extra, "--out", str(target)), "already exists")
+        one_line_error(run(command, str(tiny_run), *extra, "--out", str(target)), "already exists")
         assert snapshot(tmp_path) == before
 
 
-def test_logs_are_never_appended_through_a_link(run_copy: Path, tmp_path: Path, names_file: Path) -> None:
+def test_logs_are_never_appended_through_a_link(tiny_run_copy: Path, tmp_path: Path, names_file: Path) -> None:
     """metrics.jsonl replaced by a link to a user's file: the resume rewrites the log in place of the link (as
     it trims the records past the checkpoint) and appends to its own file, never to the user's."""
     victim = tmp_path / "victim.txt"
-    victim.write_bytes((run_copy / "metrics.jsonl").read_bytes())
-    (run_copy / "metrics.jsonl").unlink()
-    (run_copy / "metrics.jsonl").symlink_to(victim)
+    victim.write_bytes((tiny_run_copy / "metrics.jsonl").read_bytes())
+    (tiny_run_copy / "metrics.jsonl").unlink()
+    (tiny_run_copy / "metrics.jsonl").symlink_to(victim)
     before = victim.read_bytes()
-    result = run("train", "--resume", str(run_copy), "--steps", "30", "--data", str(names_file))
+    result = run("train", "--resume", str(tiny_run_copy), "--steps", "30", "--data", str(names_file))
     assert result.exit_code == 0, result.output
     assert victim.read_bytes() == before
-    assert not (run_copy / "metrics.jsonl").is_symlink()
-    assert '"step": 30' in (run_copy / "metrics.jsonl").read_text()
+    assert not (tiny_run_copy / "metrics.jsonl").is_symlink()
+    assert '"step": 30' in (tiny_run_copy / "metrics.jsonl").read_text()
 
 
 def test_sweep_results_are_never_appended_through_a_link(tmp_path: Path) -> None:

@@ -38,6 +38,10 @@ class BackendOutputError(EemicrogptError):
     """A backend session returned something malformed (wrong type, dtype, shape, count or step)."""
 
 
+class OutOfMemoryError(EemicrogptError, MemoryError):
+    """The machine could not hold what was asked for (still a MemoryError to code that catches those)."""
+
+
 class StorageError(EemicrogptError):
     """The operating system refused a read or write (permissions, read-only or full disk, a missing folder)."""
 

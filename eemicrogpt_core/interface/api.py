@@ -10,7 +10,7 @@ import numpy as np
 
 from ..backends.backend import TrainState
 from ..backends.registry import load_registry
-from ..base.errors import ConfigError
+from ..base.errors import ConfigError, OutOfMemoryError
 from ..base.paths import user_path
 from ..data.names import clean_prefix
 from ..model.sampling import generate
@@ -24,6 +24,8 @@ from ..training.progress import RichReporter
 from ..training.rundir import RunDir
 from ..training.target import TargetOutcome
 from ..training.trainer import NullReporter
+
+API_KEYS = "train() keys"  # how errors name the keyword arguments (the CLI says "command line")
 
 
 @dataclass
@@ -100,7 +102,7 @@ def train(config: str | Path | None = None, *, data: str | Path | None = None, b
     $EEMICROGPT_BACKEND > config > auto. A run directory is written (`out`, default runs/<time>-d<size>).
     progress: a progress bar and log lines (in a terminal or a notebook), or nothing.
     """
-    cfg = load_config(user_path(config, "config") if config is not None else None, keys)
+    cfg = load_config(user_path(config, "config") if config is not None else None, keys, API_KEYS)
     registry = load_registry()
     plan = runs.plan_fresh(registry, cfg, backend=backend, data=str(data) if data is not None else None)
     cfg = plan.cfg
@@ -112,6 +114,14 @@ def train(config: str | Path | None = None, *, data: str | Path | None = None, b
 def load(run_dir: str | Path) -> Run:
     """The run in a directory `eemicrogpt train` (or train() above) wrote: its last checkpoint and metrics."""
     run = RunDir.existing(run_dir)
+    try:
+        return _load(run)
+    except MemoryError:
+        raise OutOfMemoryError(f"{run.path}: out of memory while loading the run; free memory or load it on a "
+                               "larger machine") from None
+
+
+def _load(run: RunDir) -> Run:
     ckpt = load_checkpoint(run.checkpoint_path)
     target_loss = ckpt.config.target_loss
     target = TargetOutcome.of(target_loss, ckpt.target_reached) if target_loss is not None else None

@@ -134,7 +134,7 @@ class TrainConfig:
                             "a text > config > the format's default, cached: makemore names.txt or tiny Shakespeare)",
                             on_resume=True)
     drop_invalid: bool = _key(False, "skip (and count) lines with a control character, or on --resume a character "
-                              "outside the run's vocabulary, instead of failing")
+                              "outside the run's vocabulary, instead of failing", on_resume=True)
     lowercase: bool = _key(False, "fold upper case to lower case before the vocabulary is built")
     val_fraction: float = _key(0.1, "share of the names (or of a text's last characters) held out for "
                                "validation, in [0, 1) (0: no validation)",
@@ -422,15 +422,16 @@ def read_yaml(path: str | Path, what: str = "config file") -> dict[str, Any]:
     return data
 
 
-def load_config(path: str | Path | None, overrides: Mapping[str, Any] | None = None) -> TrainConfig:
+def load_config(path: str | Path | None, overrides: Mapping[str, Any] | None = None,
+                overrides_source: str = "command line") -> TrainConfig:
     """The run a user asks for: command-line overrides (None values ignored) > the YAML file > the chosen width's
-    preset > the built-in default."""
+    preset > the built-in default. overrides_source names the overrides in errors (the API's "train() keys")."""
     layers: list[tuple[str, Mapping[str, Any]]] = []
     if path is not None:
         layers.append((str(path), read_yaml(path)))
     if overrides:
         given = {k: v for k, v in overrides.items() if v is not None}
-        layers.append(("command line", given))
+        layers.append((overrides_source, given))
     return build_config(_preset_layer(layers) + layers)
 
 

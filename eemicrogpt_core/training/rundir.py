@@ -172,6 +172,10 @@ class RunDir:
     @classmethod
     def existing(cls, path: str | Path) -> RunDir:
         run = cls(user_path(path, "run directory"))
+        if run.path.exists() and not run.path.is_dir():
+            hint = f"; pass its directory, {run.path.parent}" if run.path.name == CHECKPOINT_NAME else ""
+            raise CheckpointError(f"{run.path} is a file, not a run directory (the directory eemicrogpt train wrote, "
+                                  f"holding {CHECKPOINT_NAME}){hint}")
         if not run.path.is_dir():
             raise CheckpointError(f"run directory not found: {run.path}")
         if not run.checkpoint_path.is_file():

@@ -9,6 +9,7 @@ train loss first reached it (target.py says which step and which seconds count).
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from collections import deque
@@ -48,6 +49,11 @@ CHUNK_SECONDS = 0.25  # slow backends get shorter chunks, so progress and Ctrl-C
 
 class TrainingDiverged(EemicrogptError):
     """The loss (or the parameters) became NaN or infinite."""
+
+
+# A mean train loss above this many times ln(vocab) (what guessing uniformly scores; an untrained model starts
+# near it) is divergence even when finite: lr 1e6 reaches 1e18 without overflowing float32.
+DIVERGED_LOSS_FACTOR = 10
 
 
 def _is_nonfinite_error(e: Exception) -> bool:
@@ -374,6 +380,10 @@ class _Run:
         state = self.session.get_state()
         if nonfinite_part(state) is not None:
             raise self._diverged(f"the parameters became non-finite by step {self.step}")
+        bound = DIVERGED_LOSS_FACTOR * math.log(self.shape.vocab)
+        if self.train_loss > bound:  # finite, but no model that learned anything is this far off
+            raise self._diverged(f"the train loss reached {self.train_loss:.3g} by step {self.step}, over "
+                                 f"{DIVERGED_LOSS_FACTOR}x the {math.log(self.shape.vocab):.3g} of a uniform guess")
         self.good = _Snapshot(state, self.sampler.get_state())
         try:
             self.val_loss = evaluate(self.session, self.val_batches)
