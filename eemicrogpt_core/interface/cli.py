@@ -541,13 +541,14 @@ def sweep_cmd(
 ) -> None:
     """Train many runs (grid, random draws, seeds); re-running skips finished runs and resumes interrupted ones.
 
-    Exit status: 0 all runs finished, 1 some failed (recorded with their error), 2 bad spec, 130 Ctrl-C."""
+    Exit status: 0 all runs finished, 1 some failed (recorded with their error), 2 bad spec, 130 Ctrl-C (143
+    SIGTERM, 129 SIGHUP: each stops the workers' runs at a checkpoint and records them, as Ctrl-C does)."""
     from ..sweep.command import sweep_command
 
     outcome = sweep_command(spec, out=out, executor=executor, address=address, workers=workers, backend=backend,
                             data=data, console=_wide_console())
-    if outcome.interrupted:
-        raise typer.Exit(128 + signal.SIGINT)  # the shell convention for Ctrl-C, as train uses
+    if outcome.interrupted:  # the shell convention, as train uses: 130 for Ctrl-C, 143 SIGTERM, 129 SIGHUP
+        raise typer.Exit(128 + (outcome.stop_signal or signal.SIGINT))
     if outcome.failed:
         raise typer.Exit(1)  # the runs' one-line errors are in the table and in results.jsonl
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import signal
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +33,7 @@ from ..data.names import read_names
 from ..data.text import read_text
 from ..model.shape import NAMES_VOCAB
 from ..training.config import MAX_CONFIG_BYTES, resolve_backend
+from ..training.interrupt import StopFlag, stop_signals_raise_interrupt
 from ..training.rundir import CHECKPOINT_NAME, LOCK_NAME, lock_directory
 from .progress import SweepProgress
 from .results import CSV_NAME, ResultStore
@@ -53,7 +55,7 @@ class Executor(Protocol):
     def running(self) -> int: ...
     def submit(self, task: dict[str, Any]) -> None: ...
     def wait(self, timeout: float) -> list[dict[str, Any]]: ...
-    def interrupt(self) -> None: ...
+    def interrupt(self, signum: int = signal.SIGINT) -> None: ...
     def close(self) -> None: ...
 
 
@@ -63,6 +65,7 @@ class SweepOutcome:
     rows: list[dict[str, Any]]  # this spec's runs, latest record each, sorted as results.sort_key does
     skipped: int  # finished before this invocation (unavailable runs are in rows, with their reason)
     interrupted: bool
+    stop_signal: int | None = None  # the signal that stopped the sweep (SIGINT, SIGTERM, SIGHUP), if one did
 
     @property
     def failed(self) -> int:
@@ -199,14 +202,16 @@ def run_sweep(spec: SweepSpec, runs: list[Run], sweep_dir: Path, executor: Execu
     Ctrl-C stops them at a chunk boundary with a checkpoint each."""
     lock = claim_sweep_dir(sweep_dir, spec)
     try:
-        return _run_claimed(spec, runs, sweep_dir, executor, progress, unavailable or {})
+        with stop_signals_raise_interrupt() as stop:
+            outcome = _run_claimed(spec, runs, sweep_dir, executor, progress, unavailable or {}, stop)
+        return dataclasses.replace(outcome, stop_signal=stop.signum)
     finally:
         if lock is not None:
             os.close(lock)
 
 
 def _run_claimed(spec: SweepSpec, runs: list[Run], sweep_dir: Path, executor: Executor,
-                 progress: SweepProgress, unavailable: dict[str, str]) -> SweepOutcome:
+                 progress: SweepProgress, unavailable: dict[str, str], stop: StopFlag) -> SweepOutcome:
     store = ResultStore(sweep_dir, spec.varied_keys)
     done = {r.run_id for r in runs if recorded_done(store, sweep_dir, r.run_id)}
     todo = [r for r in runs if r.run_id not in done and r.run_id not in unavailable]
@@ -235,13 +240,13 @@ def _run_claimed(spec: SweepSpec, runs: list[Run], sweep_dir: Path, executor: Ex
                 if pending and not executor.free() and not executor.running():
                     raise ConfigError(f"every {executor.name} worker exited; {len(pending)} runs not started")
                 progress.tick(executor.running(), len(pending), executor.slots)
-            except KeyboardInterrupt:
+            except KeyboardInterrupt:  # Ctrl-C, SIGTERM or SIGHUP (stop_signals_raise_interrupt)
                 if not interrupted:
-                    progress.note("Ctrl-C: running runs stop at their next chunk and save a checkpoint "
-                                  "(press again to abort at once; each run keeps its last checkpoint)")
+                    progress.note("stopping: running runs stop at their next chunk and save a checkpoint "
+                                  "(a second Ctrl-C or signal aborts at once; each run keeps its last checkpoint)")
                 interrupted = True
                 pending.clear()
-                executor.interrupt()
+                executor.interrupt(stop.last or signal.SIGINT)  # the workers get the signal the driver got
     finally:
         executor.close()
         progress.end()
