@@ -64,6 +64,17 @@ def _no_worker_survives(workers: list[int]) -> None:
         time.sleep(0.1)
 
 
+def _logged_past(run_dir: Path, step: int) -> bool:
+    """The run has logged a record past `step` (it is training again, beyond where it stopped)."""
+    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
+        try:
+            if json.loads(line).get("step", 0) > step:
+                return True
+        except ValueError:  # a line being written as we read
+            continue
+    return False
+
+
 def _csv_rows(out: Path) -> dict[str, dict[str, str]]:
     with (out / "results.csv").open() as f:
         return {row["run_id"]: row for row in csv.DictReader(f)}
@@ -98,9 +109,8 @@ def test_a_signal_stops_the_sweep_records_its_runs_and_a_rerun_resumes(first: si
     # its checkpoint; it is stopped too, by another signal.
     proc = _start(spec, out, names_file)
     deadline = time.monotonic() + PATIENCE_S
-    while len(_children(proc.pid)) < 2 or not any(
-            json.loads(line).get("step", 0) > stopped[p.parent.name]
-            for p in out.glob("runs/*/metrics.jsonl") for line in p.read_text().splitlines() if line.strip()):
+    while len(_children(proc.pid)) < 2 or not all(_logged_past(out / "runs" / run_id, steps)
+                                                  for run_id, steps in stopped.items()):
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
         time.sleep(0.1)
     workers = _children(proc.pid)
