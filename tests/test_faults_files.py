@@ -333,3 +333,12 @@ def test_sweep_results_are_never_appended_through_a_link(tmp_path: Path) -> None
     with pytest.raises(StorageError, match="is a symbolic link, which eemicrogpt does not write through"):
         ResultStore(sweep_dir, ["lr"]).add({"run_id": "lr=1", "lr": 1, "status": "done"})
     assert victim.read_bytes() == b"mine\n"
+
+
+@pytest.mark.parametrize("command", ["sample", "export"])
+def test_a_new_file_in_a_missing_folder_is_one_line_naming_it(command: str, tiny_run: Path, tmp_path: Path) -> None:
+    """The folder is not created for it, and the error names the file asked for, not a temporary one."""
+    target = tmp_path / "missing" / "out.file"
+    one_line_error(run(command, str(tiny_run), "--out", str(target)), f"{target}: No such file or directory",
+                   "a parent folder is missing")
+    assert not (tmp_path / "missing").exists()

@@ -40,11 +40,16 @@ def process_umask() -> int:
     return mask
 
 
-def _write_temporary(path: Path, data: bytes) -> str:
+def _write_temporary(path: Path, data: bytes, make_parents: bool = True) -> str:
     """data in a new, fsynced temporary file beside path (named as remove_stale_temporaries expects), with the
-    mode an ordinary create would give (0666 less the umask), not mkstemp's private 0600."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    mode an ordinary create would give (0666 less the umask), not mkstemp's private 0600. make_parents: create
+    missing parent folders (a run directory's files), else a missing one is an error (ENOENT)."""
+    if make_parents:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as e:  # name the file the user asked for, not our temporary one
+        raise OSError(e.errno, e.strerror, str(path)) from e
     try:
         if hasattr(os, "fchmod"):
             os.fchmod(fd, 0o666 & ~process_umask())
@@ -81,7 +86,7 @@ def atomic_create_bytes(path: Path, data: bytes) -> None:
     gives both: it fails when the name exists, and the name appears only once the data is on disk."""
     if os.path.lexists(path):
         raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), str(path))
-    tmp = _write_temporary(path, data)
+    tmp = _write_temporary(path, data, make_parents=False)  # a user's new file: its folder must exist
     try:
         os.link(tmp, path)
     except OSError as e:
