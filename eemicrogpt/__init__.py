@@ -18,6 +18,7 @@ from eemicrogpt_core.base.errors import (
     DataError,
     EemicrogptError,
     NonFiniteError,
+    OutOfMemoryError,
     StorageError,
 )
 from eemicrogpt_core.interface.api import Run, load, train
@@ -31,6 +32,7 @@ __all__ = [
     "DataError",
     "EemicrogptError",
     "NonFiniteError",
+    "OutOfMemoryError",
     "Run",
     "StorageError",
     "TrainingDiverged",

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import shutil
 import signal
 from pathlib import Path
 
@@ -45,3 +46,24 @@ def registry() -> BackendRegistry:
     if entry is None or not entry.available:
         pytest.fail("numpy_ref must be installed for these tests: pip install ./backends/numpy_ref", pytrace=False)
     return reg
+
+
+@pytest.fixture(scope="session")
+def tiny_run(names_file: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A finished numpy_ref d16 run of 20 steps (checkpoints at 10 and 20), written by the CLI. Copy it
+    (tiny_run_copy) before changing it."""
+    from typer.testing import CliRunner
+
+    from eemicrogpt_core.interface import cli
+
+    out = tmp_path_factory.mktemp("tiny") / "run"
+    result = CliRunner().invoke(cli.app, ["train", "--backend", "numpy_ref", "--d-model", "16", "--steps", "20",
+                                          "--log-every", "10", "--eval-batches", "2", "--data", str(names_file),
+                                          "--out", str(out)], env={"EEMICROGPT_BACKEND": None})
+    assert result.exit_code == 0, result.output
+    return out
+
+
+@pytest.fixture
+def tiny_run_copy(tiny_run: Path, tmp_path: Path) -> Path:
+    return Path(shutil.copytree(tiny_run, tmp_path / "run"))

@@ -311,7 +311,8 @@ def test_bad_values_of_the_new_keys(args: list[str], message: str, names_file: P
 def test_resume_refuses_new_shape_keys(trained: tuple[Path, Any]) -> None:
     out, _ = trained
     assert_one_line_error(run("train", "--resume", str(out), "--n-layers", "2", "--lowercase"),
-                          "drop --n-layers, --lowercase", "only --backend, --data, --log-to, --threads may change")
+                          "drop --n-layers, --lowercase",
+                          "only --backend, --data, --drop-invalid, --log-to, --threads may change")
 
 
 def test_val_fraction_reaches_the_run(names_file: Path, tmp_path: Path) -> None:

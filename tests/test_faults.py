@@ -430,7 +430,8 @@ def test_a_really_full_disk_keeps_the_previous_checkpoint(tmpfs, names_file: Pat
                  "--out", str(out))
     assert_one_line_error(result, "No space left on device", "the checkpoint of step 100 is kept")
     assert load_checkpoint(out / "checkpoint.npz").state.step == 100
-    assert sorted(p.name for p in out.iterdir()) == [".lock", "checkpoint.npz", "config.yaml", "metrics.jsonl"]
+    assert sorted(p.name for p in out.iterdir()) == [".eemicrogpt-run", ".lock", "checkpoint.npz", "config.yaml",
+                                                     "metrics.jsonl"]
 
 
 def test_a_read_only_location_is_one_line(tmpfs, names_file: Path) -> None:

@@ -173,7 +173,7 @@ def test_cli_writes_png_and_svg_files(sweep_dir: Path, tmp_path: Path) -> None:
     runner = CliRunner()
     result = runner.invoke(app, ["plot", str(sweep_dir), "--out", str(tmp_path / "png")])
     assert result.exit_code == 0, result.output
-    written = sorted(p.name for p in (tmp_path / "png").iterdir())
+    written = sorted(p.name for p in (tmp_path / "png").iterdir() if not p.name.startswith("."))  # not the marker
     assert written == ["demo_curves.png", "demo_heatmap.png", "demo_loss_vs_lr.png", "demo_pareto.png"]
     assert (tmp_path / "png" / "demo_pareto.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     result = runner.invoke(app, ["plot", str(sweep_dir), "--out", str(tmp_path / "svg"), "--format", "svg"])

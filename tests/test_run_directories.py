@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import errno
 import os
-import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 from reporters import StopAt
@@ -18,7 +18,7 @@ from eemicrogpt_core.base.errors import StorageError
 from eemicrogpt_core.interface import cli
 from eemicrogpt_core.sweep.results import ResultStore
 from eemicrogpt_core.training.config import TrainConfig
-from eemicrogpt_core.training.rundir import LOCK_NAME, RunDir
+from eemicrogpt_core.training.rundir import LOCK_NAME, MARKER_NAME, RunDir
 from eemicrogpt_core.training.trainer import train
 
 RUNNER = CliRunner()
@@ -57,7 +57,7 @@ def test_out_takes_an_empty_directory_and_one_eemicrogpt_made(names_file: Path, 
     empty = tmp_path / "empty"
     empty.mkdir()
     assert run("train", *TINY, "--data", str(names_file), "--out", str(empty)).exit_code == 0
-    assert (empty / "checkpoint.npz").is_file() and (empty / LOCK_NAME).is_file()
+    assert (empty / "checkpoint.npz").is_file() and (empty / MARKER_NAME).is_file()
     # A run killed before its first checkpoint leaves its directory marked: the next run may use it.
     crashed = RunDir.create(str(tmp_path / "crashed"), TrainConfig())
     crashed.write_config(TrainConfig())
@@ -95,26 +95,37 @@ def test_a_full_disk_on_resume_names_the_file(names_file: Path, tmp_path: Path,
     result = run("train", "--resume", str(run_dir.path), "--data", str(names_file))
     one_line(result, f"cannot write the run directory {run_dir.config_path}: No space left on device",
              "free some disk space")
-    assert {p.name: p.read_bytes() for p in run_dir.path.iterdir()} == before  # and no temporary file left
+    after = {p.name: p.read_bytes() for p in run_dir.path.iterdir() if p.name != LOCK_NAME}  # the resume's flock
+    assert after == before  # and no temporary file left
 
 
-def test_a_full_disk_in_a_sweep_names_the_results_file(tmp_path: Path) -> None:
+def _append_to_dev_full(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    """Opening `name` for appending opens /dev/full instead, whose every write fails with ENOSPC (a link to it
+    would not do: logs are never written through a link)."""
+    real_open = atomic.os.open
+
+    def fake_open(path: Any, flags: int, mode: int = 0o777) -> int:
+        return real_open("/dev/full", os.O_WRONLY) if Path(path).name == name else real_open(path, flags, mode)
+
+    monkeypatch.setattr(atomic.os, "open", fake_open)
+
+
+def test_a_full_disk_in_a_sweep_names_the_results_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     if not os.path.exists("/dev/full"):
         pytest.skip("/dev/full (a device whose every write fails with ENOSPC) is Linux's")
     store = ResultStore(tmp_path, ["lr"])
-    (tmp_path / "results.jsonl").symlink_to("/dev/full")
+    _append_to_dev_full(monkeypatch, "results.jsonl")
     with pytest.raises(StorageError, match=f"cannot record the sweep's results {tmp_path / 'results.jsonl'}: No "
                                            "space left on device; free some disk space"):
         store.add({"run_id": "lr=1", "lr": 1, "status": "done"})
 
 
-def test_the_metrics_log_on_a_full_disk_names_itself(names_file: Path, tmp_path: Path) -> None:
+def test_the_metrics_log_on_a_full_disk_names_itself(names_file: Path, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     if not os.path.exists("/dev/full"):
         pytest.skip("/dev/full is Linux's")
     run_dir = RunDir(tmp_path)
-    shutil.rmtree(tmp_path)
-    tmp_path.mkdir()
-    run_dir.metrics_path.symlink_to("/dev/full")
+    _append_to_dev_full(monkeypatch, run_dir.metrics_path.name)
     with pytest.raises(OSError) as caught:
         run_dir.append_metric({"step": 1})
     assert caught.value.errno == errno.ENOSPC and caught.value.filename == str(run_dir.metrics_path)

@@ -239,7 +239,7 @@ def test_the_expected_files_are_stored_with_the_drivers_paths(tmp_path: Path) ->
     run_dir = Path(task["run_dir"])
     ray_executor.RayExecutor._store(run_dir, {"config.yaml": b"d_model: 16\ndata: /worker/names.txt\n",
                                               "metrics.jsonl": b'{"step": 40}\n'}, task["config"], {})
-    assert sorted(p.name for p in run_dir.iterdir()) == [".lock", "config.yaml", "metrics.jsonl"]
+    assert sorted(p.name for p in run_dir.iterdir()) == [".eemicrogpt-run", "config.yaml", "metrics.jsonl"]
     assert yaml.safe_load((run_dir / "config.yaml").read_text())["data"] == task["config"]["data"]
 
 

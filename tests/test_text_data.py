@@ -268,9 +268,9 @@ def test_a_text_over_the_bound_is_refused_before_reading(tmp_path: Path, monkeyp
     assert not out.exists()
 
 
-def test_a_stream_over_the_bound_is_refused_after_the_bound(tmp_path: Path) -> None:
-    """A device has no size up front: the reader stops after max_bytes, whatever the stream's length."""
-    with pytest.raises(DataError, match="more than 4,096 bytes"):
+def test_a_device_is_refused_before_it_is_read(tmp_path: Path) -> None:
+    """A device has no size up front and may never end: only a regular file is read as a text."""
+    with pytest.raises(DataError, match="/dev/zero: the text file is a device; give the path of a regular file"):
         read_text("/dev/zero", max_bytes=4096)
 
 

@@ -61,6 +61,14 @@ class ThreadChooser:
         self._samples = []
         return None if self._round else self._settle()
 
+    def settle_on(self, count: int, per_step: dict[int, float]) -> None:
+        """Start from a choice already measured (the time-budget warm-up times every count): no round now,
+        the next one after REPROBE_SECONDS."""
+        self.per_step = dict(per_step)
+        self.chosen = count
+        self._round, self._samples = [], []
+        self._next_round = self.clock() + REPROBE_SECONDS
+
     def _settle(self) -> str | None:
         best = min(self.per_step, key=lambda c: self.per_step[c])
         previous = self.chosen
@@ -97,11 +105,15 @@ class AdaptiveThreads:
         self.chooser = ThreadChooser(candidates, clock)
         self.in_use: int | None = None
 
-    def before_chunk(self, steps: int, seconds_per_step: float | None) -> int:
-        """Set the next count; returns how many of `steps` to run (fewer while counts are being timed)."""
-        count = self.chooser.next_count()
+    def use(self, count: int) -> int:
+        """Set the session to `count` threads now (the warm-up's timing of each count); returns the count set."""
         if count != self.in_use:
             self.in_use = self.session.set_threads(count)
+        return self.in_use
+
+    def before_chunk(self, steps: int, seconds_per_step: float | None) -> int:
+        """Set the next count; returns how many of `steps` to run (fewer while counts are being timed)."""
+        self.use(self.chooser.next_count())
         if self.chooser.probing and seconds_per_step:
             return max(1, min(steps, int(PROBE_CHUNK_SECONDS / seconds_per_step)))
         return steps

@@ -38,6 +38,10 @@ class BackendOutputError(EemicrogptError):
     """A backend session returned something malformed (wrong type, dtype, shape, count or step)."""
 
 
+class OutOfMemoryError(EemicrogptError, MemoryError):
+    """The machine could not hold what was asked for (still a MemoryError to code that catches those)."""
+
+
 class StorageError(EemicrogptError):
     """The operating system refused a read or write (permissions, read-only or full disk, a missing folder)."""
 
@@ -51,6 +55,8 @@ _ADVICE = {
     errno.ENOTDIR: "a parent of this path is a file, not a directory; choose another path",
     errno.ENOENT: "a parent folder is missing; create it or choose another path",
     errno.EISDIR: "it is a directory; give a file path",
+    errno.ELOOP: "it is a symbolic link, which eemicrogpt does not write through; remove the link",
+    errno.EEXIST: "it already exists and eemicrogpt never replaces a file it did not create; choose a new path",
 }
 
 

@@ -16,3 +16,10 @@ def user_path(value: str | Path, what: str) -> Path:
         user = str(path).split("/", 1)[0]
         raise ConfigError(f"{what} {value}: cannot expand {user} (no such user); write the full path")
     return path
+
+
+def resolved_dir(path: Path) -> Path:
+    """Where a directory path really leads, for deciding who owns it: `a/sub/..` is `a` whether or not `sub`
+    exists (the kernel would create `sub` on the way and then land in `a`). Paths without `..` are kept as
+    given (their symlinks resolve the same either way, and the user sees the path they typed)."""
+    return path.resolve() if ".." in path.parts else path

@@ -1,6 +1,7 @@
 """Reading a names file with bounds: its size and each line's length are checked on the bytes, as they stream
-in and before anything is decoded, so `/dev/zero`, a FIFO or a 200 MB one-line file is refused after reading
-at most a bound's worth, in constant memory beyond the lines kept.
+in and before anything is decoded, so a 200 MB one-line file (or one that grows while it is read) is refused
+after reading at most a bound's worth, in constant memory beyond the lines kept. Only a regular file is read:
+`/dev/zero`, a FIFO or a directory is refused before a byte is read (a FIFO without a writer does not block).
 
 Lines end at "\\n" only (a trailing "\\r" is the caller's to strip): U+2028 and the other characters that
 str.splitlines treats as breaks stay inside their line, so line numbers in errors are the editor's.
@@ -10,12 +11,12 @@ from __future__ import annotations
 
 import hashlib
 import os
-import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..base.errors import DataError
+from ..base.reading import open_regular
 
 # makemore's names.txt is 228 KB of 32,033 names: 32 MiB is 140 times that, and its lines as str objects
 # stay under a few GB even when every name is one letter.
@@ -34,19 +35,16 @@ class NameLines:
 
 
 def open_bounded(path: Path, what: str, max_bytes: int, too_big: Callable[[str], DataError]) -> int:
-    """A descriptor of the file `what` ("names file", "text file") at path, refused when it is missing, a
-    directory, or a regular file of more than max_bytes (too_big(size) says so) before a byte is read."""
+    """A descriptor of the file `what` ("names file", "text file") at path, refused when it is missing, not a
+    regular file (a FIFO, which would block until a writer came, a device, a directory), or a regular file of
+    more than max_bytes (too_big(size) says so), before a byte is read."""
     try:
-        fd = os.open(path, os.O_RDONLY)
+        fd = open_regular(path, what, DataError)
     except FileNotFoundError:
         raise DataError(f"{what} not found: {path}") from None
-    except OSError as e:
-        raise DataError(f"cannot read {what} {path}: {e.strerror or e}; check the path and permissions") from None
     try:
         info = os.fstat(fd)
-        if stat.S_ISDIR(info.st_mode):
-            raise DataError(f"{what} {path} is a directory; give the path of a file")
-        if stat.S_ISREG(info.st_mode) and info.st_size > max_bytes:
+        if info.st_size > max_bytes:
             raise too_big(f"{info.st_size:,} bytes")
     except BaseException:
         os.close(fd)
@@ -88,7 +86,7 @@ def read_name_lines(path: str | Path, *, max_bytes: int = MAX_FILE_BYTES,
             if not chunk:
                 break
             total += len(chunk)
-            if total > max_bytes:  # a device, pipe or growing file: its size was not known up front
+            if total > max_bytes:  # a file that grew while it was read
                 raise _too_big(path, f"more than {max_bytes:,} bytes", max_bytes)
             digest.update(chunk)
             parts = (pending + chunk).split(b"\n")

@@ -15,7 +15,7 @@ import numpy as np
 from ..backends.backend import TrainState
 from ..backends.registry import load_registry
 from ..base.atomic import atomic_write_text
-from ..base.errors import ConfigError, DataError
+from ..base.errors import ConfigError, DataError, OutOfMemoryError
 from ..base.paths import user_path
 from ..data.names import clean_prefix
 from ..model.choice import Choice
@@ -37,6 +37,8 @@ if TYPE_CHECKING:  # typing.Unpack is 3.11+; only type checkers read the annotat
     from typing_extensions import Unpack
 
 ITEMS_FILE = "data.txt"  # train(data=[...]): the items, kept in the run directory
+
+API_KEYS = "train() keys"  # how errors name the keyword arguments (the CLI says "command line")
 
 
 @dataclass(repr=False)
@@ -152,7 +154,7 @@ def train(config: str | Path | None = None, *, data: str | Path | Sequence[str] 
     data may also be a list of items (names, words): they are written, one a line, to data.txt in the run
     directory, which the run then reads like any data file (so `--resume` finds it there).
     """
-    cfg = load_config(config, dict(keys), what="config")
+    cfg = load_config(config, dict(keys), what="config", overrides_source=API_KEYS)
     registry = load_registry()
     if isinstance(data, (list, tuple)):
         text = _items_text(data)
@@ -175,6 +177,14 @@ def load(run_dir: str | Path, best: bool = False) -> Run:
     """The run in a directory `eemicrogpt train` (or train() above) wrote: its last checkpoint and metrics, or
     with best=True its best.npz (the lowest validation loss of a run trained with keep_best)."""
     run = RunDir.existing(run_dir)
+    try:
+        return _load(run, best)
+    except MemoryError:
+        raise OutOfMemoryError(f"{run.path}: out of memory while loading the run; free memory or load it on a "
+                               "larger machine") from None
+
+
+def _load(run: RunDir, best: bool) -> Run:
     ckpt = load_checkpoint(run.model_file(best))
     target_loss = ckpt.config.target_loss
     target = TargetOutcome.of(target_loss, ckpt.target_reached) if target_loss is not None else None

@@ -5,6 +5,7 @@ User errors (EemicrogptError) and bad usage print one line on stderr and exit 2;
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import json
@@ -83,6 +84,43 @@ def _flag_value_hint(message: str, args: list[str] | None) -> str:
     return ""
 
 
+def _escape_unencodable_output() -> None:
+    """A character the terminal's encoding lacks (PYTHONIOENCODING=ascii, a C locale) is printed as a
+    backslash escape (\\xe9) instead of ending the command in UnicodeEncodeError half way through a run;
+    files (sample --out, the run directory) are UTF-8 whatever the terminal."""
+    for out in (sys.stdout, sys.stderr):
+        reconfigure = getattr(out, "reconfigure", None)
+        if reconfigure is not None:
+            with contextlib.suppress(ValueError, OSError):  # a closed or detached stream: nothing to print to
+                reconfigure(errors="backslashreplace")
+
+
+STDOUT_NAME = "standard output"
+
+
+class _NamedStdout:
+    """sys.stdout, with its write errors naming it: a failed write() names no file, and "No space left on
+    device" alone does not tell the user that it was the output (> /dev/full, a full disk) that failed."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except OSError as e:
+            raise OSError(e.errno, e.strerror, e.filename or STDOUT_NAME) from e
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except OSError as e:
+            raise OSError(e.errno, e.strerror, e.filename or STDOUT_NAME) from e
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
 class OneLineErrors(TyperGroup):
     """Turns user errors and usage errors into a single stderr line instead of a traceback or a panel."""
 
@@ -103,6 +141,9 @@ class OneLineErrors(TyperGroup):
         standalone_mode: bool = True,
         **extra: Any,
     ) -> Any:
+        _escape_unencodable_output()
+        if not isinstance(sys.stdout, _NamedStdout):
+            sys.stdout = _NamedStdout(sys.stdout)
         try:
             rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
             code = rv if isinstance(rv, int) else 0
@@ -111,7 +152,7 @@ class OneLineErrors(TyperGroup):
         except typer.Abort:
             code = _fail("aborted", 1)
         except OSError as e:  # what the modules did not name more precisely: still one line, never a traceback
-            code = _fail(describe_os_error(e, "cannot access"))
+            code = _fail(describe_os_error(e, "cannot write" if e.filename == STDOUT_NAME else "cannot access"))
         except MemoryError:
             code = _fail("out of memory; lower d_model, batch or chunk_steps (or sample fewer names)")
         except Exception as e:
@@ -564,13 +605,14 @@ def sweep_cmd(
 ) -> None:
     """Train many runs (grid, random draws, seeds); re-running skips finished runs and resumes interrupted ones.
 
-    Exit status: 0 all runs finished, 1 some failed (recorded with their error), 2 bad spec, 130 Ctrl-C."""
+    Exit status: 0 all runs finished, 1 some failed (recorded with their error), 2 bad spec, 130 Ctrl-C (143
+    SIGTERM, 129 SIGHUP: each stops the workers' runs at a checkpoint and records them, as Ctrl-C does)."""
     from ..sweep.command import sweep_command
 
     outcome = sweep_command(spec, out=out, executor=executor, address=address, workers=workers, backend=backend,
                             data=data, console=_wide_console())
-    if outcome.interrupted:
-        raise typer.Exit(128 + signal.SIGINT)  # the shell convention for Ctrl-C, as train uses
+    if outcome.interrupted:  # the shell convention, as train uses: 130 for Ctrl-C, 143 SIGTERM, 129 SIGHUP
+        raise typer.Exit(128 + (outcome.stop_signal or signal.SIGINT))
     if outcome.failed:
         raise typer.Exit(1)  # the runs' one-line errors are in the table and in results.jsonl
 

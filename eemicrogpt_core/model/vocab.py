@@ -39,6 +39,8 @@ class Vocabulary:
             raise DataError(f"{len(self.symbols)} distinct characters; at most {most} fit a vocabulary")
         if any(len(ch) != 1 for ch in self.symbols) or list(self.symbols) != sorted(set(self.symbols)):
             raise DataError("a vocabulary's symbols must be distinct single characters in code-point order")
+        if self.with_boundary and "\n" in self.symbols:  # a list's items are lines: none can hold a newline
+            raise DataError("a list's vocabulary cannot hold a newline (items are one line each)")
 
     @classmethod
     def from_names(cls, names: Iterable[str]) -> Vocabulary:

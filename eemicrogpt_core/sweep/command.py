@@ -12,9 +12,10 @@ from rich.table import Table
 
 from ..backends.registry import load_registry
 from ..base.errors import ConfigError
+from ..base.paths import resolved_dir, user_path
 from .driver import Executor, SweepOutcome, check_backends, prepare_runs, run_sweep
 from .progress import SweepProgress
-from .results import fmt, has_target, reached, target_summary
+from .results import fmt, has_target, reached, target_summary, varied_value
 from .runner import DONE, UNAVAILABLE
 from .spec import load_spec
 
@@ -45,7 +46,7 @@ def results_table(outcome: SweepOutcome, varied_keys: list[str]) -> Table:
         status = r.get("status", "?")
         if r.get("error") and status != UNAVAILABLE:  # the reason is in the "skipped" line and results.jsonl
             status = f"{status}: {r['error']}"
-        table.add_row(str(i), *(_value(r.get(k)) for k in varied_keys), status,
+        table.add_row(str(i), *(_value(varied_value(r, k)) for k in varied_keys), status,
                       *(_to_target(r) if target else []), fmt(r.get("val_loss")),
                       fmt(r.get("train_loss")), fmt(r.get("steps")), fmt(r.get("us_per_step"), 1),
                       fmt(r.get("train_s"), 2), fmt(r.get("backend")))
@@ -62,7 +63,7 @@ def sweep_command(spec_path: str | Path, *, out: Path | None, executor: str, add
         raise ConfigError("--workers is for the local executor (Ray gives each run one CPU of the cluster)")
     spec = load_spec(spec_path)
     runs = prepare_runs(spec, backend, data)
-    sweep_dir = out or DEFAULT_ROOT / spec.name
+    sweep_dir = resolved_dir(user_path(out, "--out")) if out is not None else DEFAULT_ROOT / spec.name
     unavailable: dict[str, str] = {}  # Ray: each node's runner reports what it cannot run
     if executor == "ray":
         from .ray_executor import RayExecutor  # Ray is an optional extra: imported only when asked for

@@ -14,8 +14,10 @@ only reported, not retrained).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
+import signal
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,11 +28,13 @@ import yaml
 from ..backends.registry import BackendRegistry
 from ..base.atomic import atomic_write_text, remove_stale_temporaries
 from ..base.errors import ConfigError, StorageError, describe_os_error
+from ..base.reading import read_regular_bytes
 from ..data.datafile import resolve_data_path
 from ..data.names import read_names
 from ..data.text import read_text
 from ..model.shape import NAMES_VOCAB
-from ..training.config import resolve_backend
+from ..training.config import MAX_CONFIG_BYTES, resolve_backend
+from ..training.interrupt import StopFlag, stop_signals_raise_interrupt
 from ..training.rundir import CHECKPOINT_NAME, LOCK_NAME, lock_directory
 from .progress import SweepProgress
 from .results import CSV_NAME, ResultStore
@@ -52,7 +56,7 @@ class Executor(Protocol):
     def running(self) -> int: ...
     def submit(self, task: dict[str, Any]) -> None: ...
     def wait(self, timeout: float) -> list[dict[str, Any]]: ...
-    def interrupt(self) -> None: ...
+    def interrupt(self, signum: int = signal.SIGINT) -> None: ...
     def close(self) -> None: ...
 
 
@@ -62,6 +66,7 @@ class SweepOutcome:
     rows: list[dict[str, Any]]  # this spec's runs, latest record each, sorted as results.sort_key does
     skipped: int  # finished before this invocation (unavailable runs are in rows, with their reason)
     interrupted: bool
+    stop_signal: int | None = None  # the signal that stopped the sweep (SIGINT, SIGTERM, SIGHUP), if one did
 
     @property
     def failed(self) -> int:
@@ -149,7 +154,7 @@ def open_sweep_dir(sweep_dir: Path, spec: SweepSpec) -> str | None:
     path = sweep_dir / SPEC_NAME
     if path.is_file():
         try:
-            saved = yaml.safe_load(path.read_text(encoding="utf-8"))
+            saved = yaml.safe_load(read_regular_bytes(path, "sweep's spec", MAX_CONFIG_BYTES, ConfigError))
         except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
             reason = " ".join(str(e).split())
             raise ConfigError(f"{path} is damaged ({reason}); restore it, or move that directory away to start the "
@@ -181,20 +186,29 @@ def not_a_sweep_dir(sweep_dir: Path) -> bool:
 def claim_sweep_dir(sweep_dir: Path, spec: SweepSpec) -> tuple[int | None, str | None]:
     """Create or check the sweep directory and hold its lock: a second sweep into it is refused until this one
     exits (two would each record the other's runs as failed). Returns the descriptor holding the lock and
-    open_sweep_dir's note."""
+    open_sweep_dir's note. A refusal leaves nothing behind: the lock file and the directory are removed if this
+    call made them."""
     if not_a_sweep_dir(sweep_dir):
         raise ConfigError(f"--out {sweep_dir} exists and is not a sweep directory (no {SPEC_NAME})")
+    made_dir = not sweep_dir.exists()
+    made_lock = not (sweep_dir / LOCK_NAME).exists()
     try:
         sweep_dir.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise StorageError(describe_os_error(e, "cannot create the sweep directory")) from None
-    fd = lock_directory(sweep_dir, f"{sweep_dir} is in use by another eemicrogpt sweep; wait for it to finish "
-                                   "or choose another --out", ConfigError)
+    fd = None
     try:
+        fd = lock_directory(sweep_dir, f"{sweep_dir} is in use by another eemicrogpt sweep; wait for it to finish "
+                                       "or choose another --out", ConfigError)
         note = open_sweep_dir(sweep_dir, spec)
     except BaseException:
         if fd is not None:
             os.close(fd)
+        if made_lock and fd is not None:
+            (sweep_dir / LOCK_NAME).unlink(missing_ok=True)
+        if made_dir:
+            with contextlib.suppress(OSError):
+                sweep_dir.rmdir()
         raise
     if fd is not None:
         remove_stale_temporaries(sweep_dir, (SPEC_NAME, CSV_NAME))
@@ -223,14 +237,16 @@ def run_sweep(spec: SweepSpec, runs: list[Run], sweep_dir: Path, executor: Execu
     if note is not None:
         progress.note(note)
     try:
-        return _run_claimed(spec, runs, sweep_dir, executor, progress, unavailable or {})
+        with stop_signals_raise_interrupt() as stop:
+            outcome = _run_claimed(spec, runs, sweep_dir, executor, progress, unavailable or {}, stop)
+        return dataclasses.replace(outcome, stop_signal=stop.signum)
     finally:
         if lock is not None:
             os.close(lock)
 
 
 def _run_claimed(spec: SweepSpec, runs: list[Run], sweep_dir: Path, executor: Executor,
-                 progress: SweepProgress, unavailable: dict[str, str]) -> SweepOutcome:
+                 progress: SweepProgress, unavailable: dict[str, str], stop: StopFlag) -> SweepOutcome:
     store = ResultStore(sweep_dir, spec.varied_keys)
     done = {r.run_id for r in runs if recorded_done(store, sweep_dir, r.run_id)}
     todo = [r for r in runs if r.run_id not in done and r.run_id not in unavailable]
@@ -259,13 +275,13 @@ def _run_claimed(spec: SweepSpec, runs: list[Run], sweep_dir: Path, executor: Ex
                 if pending and not executor.free() and not executor.running():
                     raise ConfigError(f"every {executor.name} worker exited; {len(pending)} runs not started")
                 progress.tick(executor.running(), len(pending), executor.slots)
-            except KeyboardInterrupt:
+            except KeyboardInterrupt:  # Ctrl-C, SIGTERM or SIGHUP (stop_signals_raise_interrupt)
                 if not interrupted:
-                    progress.note("Ctrl-C: running runs stop at their next chunk and save a checkpoint "
-                                  "(press again to abort at once; each run keeps its last checkpoint)")
+                    progress.note("stopping: running runs stop at their next chunk and save a checkpoint "
+                                  "(a second Ctrl-C or signal aborts at once; each run keeps its last checkpoint)")
                 interrupted = True
                 pending.clear()
-                executor.interrupt()
+                executor.interrupt(stop.last or signal.SIGINT)  # the workers get the signal the driver got
     finally:
         executor.close()
         progress.end()

@@ -5,6 +5,10 @@ the terminal reaches only the driver, which then forwards exactly one SIGINT to 
 stops at its next chunk, saves its checkpoint and reports "interrupted". A second Ctrl-C is forwarded too
 and aborts at once (each run keeps its last checkpoint).
 
+SIGTERM and SIGHUP to the driver do what Ctrl-C does (driver.run_sweep); a driver killed outright (SIGKILL) takes
+its workers with it on Linux, each sent SIGTERM by the kernel (PR_SET_PDEATHSIG), which stops its run at a
+checkpoint.
+
 A worker that dies (killed, out of memory, a crash in native code) has its run recorded as failed with the
 cause, and a new worker takes its place on the same CPUs, up to MAX_RESPAWNS times per place.
 """
@@ -110,7 +114,8 @@ class LocalExecutor:
         self.workers = [self._spawn(place, cpus) for place, cpus in enumerate(self.placement.cpus)]
 
     def _spawn(self, place: int, cpus: list[int]) -> _Worker:
-        cmd = [sys.executable, "-m", "eemicrogpt_core.sweep.worker", "--cpus", ",".join(map(str, cpus))]
+        cmd = [sys.executable, "-m", "eemicrogpt_core.sweep.worker", "--cpus", ",".join(map(str, cpus)),
+               "--parent", str(os.getpid())]
         proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=self.env, text=True,
                                 start_new_session=True, bufsize=1)
         worker = _Worker(proc, cpus, place)
@@ -181,21 +186,30 @@ class LocalExecutor:
         return {"run_id": task["run_id"], **task["varied"], "status": FAILED,
                 "error": f"its worker process was {exit_cause(code)} during the run (see its stderr above; {then})"}
 
-    def interrupt(self) -> None:
-        """Forward one SIGINT to every live worker (called once per Ctrl-C the driver gets)."""
+    def interrupt(self, signum: int = signal.SIGINT) -> None:
+        """Forward the driver's stop signal (Ctrl-C's SIGINT, SIGTERM, SIGHUP) once to every live worker: the same
+        signal, which the workers do not ignore since the driver did not (they inherit its dispositions), while a
+        SIGINT could be ignored in a driver started in the background."""
         self.interrupts += 1
         for w in self.workers:
             if w.alive and w.proc.poll() is None:
-                os.kill(w.proc.pid, signal.SIGINT)
+                os.kill(w.proc.pid, signum)
 
     def close(self) -> None:
         for w in self.workers:
             if w.proc.poll() is None:
                 with contextlib.suppress(OSError):
                     w.stdin.close()
-        for w in self.workers:
-            try:
-                w.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                w.proc.kill()
-                w.proc.wait()
+        try:
+            for w in self.workers:
+                try:
+                    w.proc.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    w.proc.kill()
+                    w.proc.wait()
+        except BaseException:  # a second signal while waiting: no worker may outlive the driver
+            for w in self.workers:
+                if w.proc.poll() is None:
+                    w.proc.kill()
+                    w.proc.wait()
+            raise

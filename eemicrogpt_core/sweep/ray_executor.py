@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import socket
 from pathlib import Path
 from typing import Any
@@ -275,7 +276,7 @@ class RayExecutor:
         except OSError as e:
             raise StorageError(describe_os_error(e, "cannot store the run's files")) from None
 
-    def interrupt(self) -> None:
+    def interrupt(self, signum: int = signal.SIGINT) -> None:  # Ray cancels the tasks whatever the signal
         for ref in self.inflight:
             self.ray.cancel(ref)
 

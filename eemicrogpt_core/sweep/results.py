@@ -11,14 +11,18 @@ import math
 from pathlib import Path
 from typing import Any, TypeGuard
 
-from ..base.atomic import atomic_write_text
-from ..base.errors import StorageError, describe_os_error
+from ..base.atomic import append_text, atomic_write_text
+from ..base.errors import ConfigError, StorageError, describe_os_error
+from ..base.reading import read_regular_bytes
 from .runner import DONE, UNAVAILABLE
 
 JSONL_NAME = "results.jsonl"
 CSV_NAME = "results.csv"
 METRIC_COLUMNS = ("status", "train_loss", "val_loss", "steps", "total_steps", "us_per_step", "train_s", "wall_s",
                   "backend", "contended", "slowdown", "load_start", "load_end", "error")
+# A record is under 1 KB and a sweep has at most 10,000 runs: 64 MiB holds each run's record several times over
+# (one per re-run) and stops a results.jsonl that is a link to /dev/zero after that much.
+MAX_RESULTS_BYTES = 64 << 20
 TARGET_COLUMNS = ("target_loss", "reached", "steps_to_target", "seconds_to_target")  # when a run has a target
 
 
@@ -41,6 +45,18 @@ def sort_key(record: dict[str, Any]) -> tuple[int, float]:
     if record.get("status") == DONE and finite(val):
         return (1, float(val))
     return (2, 0.0)
+
+
+def varied_value(record: dict[str, Any], key: str) -> Any:
+    """The value the sweep gave `key` for this run (records of older versions keep it only at the top level)."""
+    varied = record.get("varied")
+    return varied[key] if isinstance(varied, dict) and key in varied else record.get(key)
+
+
+def outcome_column(column: str, varied_keys: list[str]) -> str:
+    """A results column's header: an outcome named like a varied key (steps run vs the steps configured,
+    the backend that ran vs the one asked for) is prefixed with actual_ so that no two columns share a name."""
+    return f"actual_{column}" if column in varied_keys else column
 
 
 def has_target(rows: list[dict[str, Any]]) -> bool:
@@ -74,8 +90,13 @@ class ResultStore:
         self.dir = Path(sweep_dir)
         self.varied_keys = varied_keys
         self.latest: dict[str, dict[str, Any]] = {}
-        if self.jsonl_path.is_file():
-            for line in self.jsonl_path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            text = read_regular_bytes(self.jsonl_path, "results log", MAX_RESULTS_BYTES, ConfigError).decode(
+                "utf-8", "replace")
+        except FileNotFoundError:
+            text = ""
+        if text:
+            for line in text.splitlines():
                 if line.strip():
                     try:
                         record = json.loads(line)
@@ -98,8 +119,7 @@ class ResultStore:
     def add(self, record: dict[str, Any]) -> None:
         self.latest[record["run_id"]] = record
         try:
-            with self.jsonl_path.open("a", encoding="utf-8") as f:
-                f.write(json.dumps(record) + "\n")
+            append_text(self.jsonl_path, json.dumps(record) + "\n")
             self.write_csv()
         except OSError as e:
             if e.filename is None:  # a failed write() names no file
@@ -115,10 +135,13 @@ class ResultStore:
         rows = self.rows()
         target = [c for c in TARGET_COLUMNS if c not in self.varied_keys] if has_target(rows) else []
         columns = [*METRIC_COLUMNS[:1], *target, *METRIC_COLUMNS[1:]]
-        writer = csv.DictWriter(buf, ["run_id", *self.varied_keys, *columns], extrasaction="ignore")
+        headers = {c: outcome_column(c, self.varied_keys) for c in columns}
+        writer = csv.DictWriter(buf, ["run_id", *self.varied_keys, *headers.values()], extrasaction="ignore")
         writer.writeheader()
         for record in rows:
-            writer.writerow(record)
+            row = {headers[c]: record.get(c) for c in columns}
+            writer.writerow({"run_id": record.get("run_id"), **{k: varied_value(record, k) for k in self.varied_keys},
+                             **row})
         atomic_write_text(self.csv_path, buf.getvalue())
 
 

@@ -39,8 +39,10 @@ def one_line(error: BaseException) -> str:
 
 
 def base_record(run_id: str, config: dict[str, Any], varied: dict[str, Any]) -> dict[str, Any]:
-    """What every record of a run starts with: its id, the summary keys of its config and its varied values."""
-    return {"run_id": run_id, **{key: config.get(key) for key in SUMMARY_KEYS}, **varied}
+    """What every record of a run starts with: its id, the summary keys of its config and its varied values,
+    also kept apart under "varied" (a varied key such as steps or backend shares its name with an outcome,
+    which replaces it at the top level)."""
+    return {"run_id": run_id, **{key: config.get(key) for key in SUMMARY_KEYS}, **varied, "varied": dict(varied)}
 
 
 def unavailable_reason(cfg: TrainConfig, registry: BackendRegistry) -> str | None:

@@ -162,7 +162,10 @@ def from_wandb(data: Mapping[str, Any], source: str) -> dict[str, Any]:
             params[key] = p
     out.update(base=base, grid=grid)
     if params:
-        out["random"] = {"count": data.get("run_cap", 1), "parameters": params}
+        if "run_cap" not in data:  # W&B draws until stopped; one silent run would not be what was meant
+            raise _fail(f"{source}: run_cap", "a random W&B-style sweep needs run_cap: N (how many runs to draw); "
+                        "W&B itself would draw until stopped")
+        out["random"] = {"count": data["run_cap"], "parameters": params}
     return out
 
 
@@ -284,7 +287,7 @@ def check_run_count(spec: SweepSpec) -> None:
 def load_spec(path: str | Path) -> SweepSpec:
     """The spec in a file, or the shipped spec of that name (time_to_2)."""
     path = find(path, "sweep", "sweep spec")
-    return parse_spec(read_yaml(path), str(path), default_name=path.stem)
+    return parse_spec(read_yaml(path, "sweep spec"), str(path), default_name=path.stem)
 
 
 def _round(value: float) -> float:

@@ -9,15 +9,20 @@ group: the trainer stops at the next chunk, saves the checkpoint and the result 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import os
+import signal
 import sys
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="eemicrogpt-sweep-worker")
     parser.add_argument("--cpus", default="", help="comma-separated CPUs to pin to (empty: no pinning)")
+    parser.add_argument("--parent", type=int, default=None, help="the driver's pid: end with it")
     args = parser.parse_args(argv)
+    if args.parent is not None:
+        _end_with_parent(args.parent)
     if args.cpus:
         os.sched_setaffinity(0, {int(c) for c in args.cpus.split(",")})
     proto = os.fdopen(os.dup(sys.stdout.fileno()), "w", buffering=1, encoding="utf-8")
@@ -38,6 +43,24 @@ def main(argv: list[str] | None = None) -> int:
             return 130
         proto.write(json.dumps(record) + "\n")
     return 0
+
+
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def _end_with_parent(parent: int) -> None:
+    """Ask Linux to send this worker SIGTERM when the driver dies, however it dies (SIGKILL included): the
+    trainer then stops the run at its next chunk with a checkpoint, and no worker goes on as an orphan.
+    Elsewhere the driver's own signal handling is what stops the workers."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # the driver died before the request was in place
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def _quiet_exit(code: int) -> None:

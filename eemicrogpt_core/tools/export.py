@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from ..base.atomic import atomic_create_bytes
 from ..base.errors import ConfigError, StorageError, describe_os_error
 from ..model.shape import ModelShape, views
 
@@ -57,20 +58,13 @@ def torch_bytes(params: np.ndarray, shape: ModelShape, symbols: tuple[str, ...])
 
 
 def write_new_file(path: Path, data: bytes) -> None:
-    """Create path with data; an existing path is refused, never replaced."""
-    if path.exists() or path.is_symlink():
-        raise ConfigError(f"{path} already exists; choose a new file (an export never replaces one)")
+    """Create path with data, atomically (a full disk leaves no partial file); an existing path is refused,
+    never replaced, and a link there is never followed."""
     try:
-        f = path.open("xb")
+        atomic_create_bytes(path, data)
     except FileExistsError:
         raise ConfigError(f"{path} already exists; choose a new file (an export never replaces one)") from None
     except OSError as e:
-        raise StorageError(describe_os_error(e, "cannot create the export")) from None
-    try:
-        with f:
-            f.write(data)
-    except OSError as e:
-        path.unlink(missing_ok=True)  # ours (created above) and incomplete
         raise StorageError(describe_os_error(e, "cannot write the export")) from None
 
 

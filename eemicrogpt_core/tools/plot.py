@@ -16,7 +16,9 @@ matplotlib is an optional extra: pip install 'eemicrogpt[plot]'.
 
 from __future__ import annotations
 
+import io
 import json
+import os
 from collections import defaultdict
 from collections.abc import Iterable
 from pathlib import Path
@@ -24,7 +26,10 @@ from typing import Any
 
 import yaml
 
-from ..base.errors import ConfigError, EemicrogptError
+from ..base.atomic import atomic_create_bytes, atomic_write_bytes
+from ..base.errors import ConfigError, EemicrogptError, StorageError, describe_os_error
+from ..base.ownership import made_by_eemicrogpt, mark_directory
+from ..base.paths import resolved_dir, user_path
 from ..sweep.driver import RUNS_DIR, SPEC_NAME
 from ..sweep.results import JSONL_NAME, finite, has_target, reached, read_results
 from ..sweep.runner import DONE
@@ -115,9 +120,10 @@ def run_records(path: Path) -> list[dict[str, Any]]:
     """A run directory's metrics records, checked for plotting. A line that is not JSON is skipped (a save cut
     short by a full disk leaves one, see RunDir.read_metrics); a record that cannot be drawn is an error naming
     its line, and a log with lines but no records says it is not one eemicrogpt wrote."""
-    metrics = RunDir(path).metrics_path
+    run = RunDir(path)
+    metrics = run.metrics_path
     try:
-        text = metrics.read_bytes().decode("utf-8", "replace")
+        text = run.metrics_text()
     except FileNotFoundError:
         raise ConfigError(f"{path}: the run has logged no metrics yet") from None
     records, lines = [], 0
@@ -414,14 +420,37 @@ def build_figures(paths: list[Path]) -> dict[str, Any]:
     return figures
 
 
+PLOTS_KIND = "plots"  # the marker of a figures directory plot made (base/ownership.py)
+
+
 def plot_command(paths: list[Path], out: Path, fmt: str = "png") -> list[Path]:
+    """Write the figures into out. A directory plot made (and marked) has its figures replaced by a re-run;
+    in any other directory only new files are written, and an existing one (or a link) is refused before any
+    figure is written."""
     if fmt not in FORMATS:
         raise ConfigError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
     figures = build_figures(paths)
-    out.mkdir(parents=True, exist_ok=True)
-    written = []
-    for name, fig in figures.items():
-        target = out / f"{name}.{fmt}"
-        fig.savefig(target, format=fmt)
-        written.append(target)
+    out = resolved_dir(user_path(out, "--out"))
+    targets = {name: out / f"{name}.{fmt}" for name in figures}
+    try:
+        if not out.exists():
+            out.mkdir(parents=True)
+            mark_directory(out, PLOTS_KIND)
+        ours = made_by_eemicrogpt(out, PLOTS_KIND)
+        if not ours:
+            taken = [t for t in targets.values() if os.path.lexists(t)]
+            if taken:
+                raise ConfigError(f"{taken[0]} already exists and --out {out} was not made by eemicrogpt plot; choose "
+                                  "a new --out (plot never replaces a file it did not create)")
+        written = []
+        for name, fig in figures.items():
+            buf = io.BytesIO()
+            fig.savefig(buf, format=fmt)
+            write = atomic_write_bytes if ours else atomic_create_bytes
+            write(targets[name], buf.getvalue())
+            written.append(targets[name])
+    except FileExistsError as e:  # made between the check and the write
+        raise ConfigError(f"{e.filename} already exists; choose a new --out") from None
+    except OSError as e:
+        raise StorageError(describe_os_error(e, "cannot write the figures")) from None
     return written

@@ -24,6 +24,7 @@ from __future__ import annotations
 import io
 import json
 import math
+import os
 import platform
 import tokenize
 import zipfile
@@ -38,6 +39,7 @@ from .. import __version__
 from ..backends.backend import STATE_ARRAYS, TrainState
 from ..base.atomic import atomic_write_bytes
 from ..base.errors import CheckpointError, ConfigError, DataError
+from ..base.reading import open_regular
 from ..data.names import sampler_state_problem
 from ..model.shape import ModelShape
 from ..model.vocab import Vocabulary
@@ -174,7 +176,8 @@ def _parse_meta(text: str) -> dict[str, Any]:
     meta = json.loads(text, parse_constant=_reject_constant)
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise CheckpointError("not an eemicrogpt checkpoint (no eemicrogpt metadata)")
-    if meta.get("version") not in READABLE_VERSIONS:
+    version = meta.get("version")
+    if not isinstance(version, int) or isinstance(version, bool) or version not in READABLE_VERSIONS:
         raise CheckpointError(f"checkpoint version {meta.get('version')!r}; this eemicrogpt reads "
                               f"{', '.join(map(str, READABLE_VERSIONS))} (upgrade eemicrogpt to read it)")
     return meta
@@ -239,8 +242,21 @@ def _drop_legacy_position(stored: ModelShape, flat: np.ndarray) -> np.ndarray:
     return np.delete(flat, np.s_[row : row + stored.d_model])
 
 
+def _check_members(zf: zipfile.ZipFile) -> None:
+    """np.savez writes plain stored (or deflated) members; an encrypted or otherwise compressed one is not ours,
+    and zipfile would fail on it with RuntimeError or NotImplementedError."""
+    for info in zf.infolist():
+        if info.flag_bits & 0x1:
+            raise CheckpointError(f"member {info.filename} is encrypted, which a checkpoint never is")
+        if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
+            raise CheckpointError(f"member {info.filename} uses compression method {info.compress_type}, which a "
+                                  "checkpoint never does")
+
+
 def _read(path: Path) -> Checkpoint:
-    with zipfile.ZipFile(path) as zf:
+    fd = open_regular(path, "checkpoint", CheckpointError)
+    with os.fdopen(fd, "rb") as f, zipfile.ZipFile(f) as zf:
+        _check_members(zf)
         missing = [k for k in ("meta", *STATE_ARRAYS) if f"{k}.npy" not in zf.namelist()]
         if missing:
             raise CheckpointError(f"not an eemicrogpt checkpoint (missing {', '.join(missing)})")
@@ -287,7 +303,7 @@ def _read(path: Path) -> Checkpoint:
 def load_checkpoint(path: Path) -> Checkpoint:
     path = Path(path)
     try:
-        if path.stat().st_size == 0:
+        if path.is_file() and path.stat().st_size == 0:
             raise CheckpointError(f"{path}: empty file (0 bytes): the save was cut short; no state to load")
         return _read(path)
     except CheckpointError as e:

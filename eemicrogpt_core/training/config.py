@@ -30,6 +30,7 @@ import yaml
 from ..backends.precision import PRECISIONS
 from ..base.abi import MAX_CONTEXT, MAX_LAYERS
 from ..base.errors import ConfigError
+from ..base.reading import read_regular_bytes
 from ..base.shipped import find
 from ..model.optim import LR_SCHEDULES, LrSchedule
 from ..model.shape import DEFAULT_CONTEXT, NAMES_VOCAB, ModelShape, ShapeError, default_heads
@@ -157,7 +158,7 @@ class TrainConfig:
                             "a text > config > the format's default, cached: makemore names.txt or tiny Shakespeare)",
                             on_resume=True)
     drop_invalid: bool = _key(False, "skip (and count) lines with a control character, or on --resume a character "
-                              "outside the run's vocabulary, instead of failing")
+                              "outside the run's vocabulary, instead of failing", on_resume=True)
     lowercase: bool = _key(False, "fold upper case to lower case before the vocabulary is built")
     val_fraction: float = _key(0.1, "share of the names (or of a text's last characters) held out for "
                                "validation, in [0, 1) (0: no validation)",
@@ -387,6 +388,20 @@ class _ConfigLoader(yaml.reader.Reader, yaml.scanner.Scanner, yaml.parser.Parser
                                               "the value out", event.start_mark)
         return super().compose_node(parent, index)
 
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        """A key given twice is refused, naming both lines (PyYAML would keep the last one silently)."""
+        seen: dict[Any, int] = {}
+        for key_node, _value in node.value:
+            if isinstance(key_node, yaml.ScalarNode):
+                key = key_node.value
+                line = key_node.start_mark.line + 1
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"key {key!r} is given twice (lines {seen[key]} and {line}); keep one",
+                        key_node.start_mark)
+                seen[key] = line
+        return super().construct_mapping(node, deep)
+
     def construct_ambiguous(self, node: yaml.ScalarNode) -> Any:
         raise yaml.constructor.ConstructorError(
             None, None, f"{node.value!r} reads differently in YAML 1.1 and 1.2 (1:30 is 90, 010 is 8, 1_0 is "
@@ -424,17 +439,16 @@ def parse_yaml(text: str) -> Any:
         loader.dispose()
 
 
-def read_yaml(path: str | Path) -> dict[str, Any]:
-    """The mapping in a YAML config file; malformed YAML names the file and line."""
+def read_yaml(path: str | Path, what: str = "config file") -> dict[str, Any]:
+    """The mapping in a YAML file (`what`: a config file, a sweep spec), read only from a regular file of at
+    most MAX_CONFIG_BYTES; malformed YAML (a key given twice included) names the file and line."""
     path = Path(path)
     try:
-        if path.stat().st_size > MAX_CONFIG_BYTES:
-            raise ConfigError(f"{path}: {path.stat().st_size:,} bytes is far too big for a config file")
-        text = path.read_text(encoding="utf-8")
+        text = read_regular_bytes(path, what, MAX_CONFIG_BYTES, ConfigError).decode("utf-8")
     except FileNotFoundError:
-        raise ConfigError(f"config file not found: {path}") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(f"cannot read config file {path}: {e}") from None
+        raise ConfigError(f"{what} not found: {path}") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"cannot read {what} {path}: {e}") from None
     try:
         data = parse_yaml(text)
     except RecursionError:
@@ -452,17 +466,17 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
 
 
 def load_config(path: str | Path | None, overrides: Mapping[str, Any] | None = None,
-                what: str = "--config") -> TrainConfig:
+                what: str = "--config", overrides_source: str = "command line") -> TrainConfig:
     """The run a user asks for: command-line overrides (None values ignored) > the YAML file (a path, or the name
     of a shipped config: d16) > the chosen width's preset > the built-in default. `what` names the file's
-    option in errors."""
+    option in errors, overrides_source the overrides (the API's "train() keys")."""
     layers: list[tuple[str, Mapping[str, Any]]] = []
     if path is not None:
         path = find(path, "config", what)
         layers.append((str(path), read_yaml(path)))
     if overrides:
         given = {k: v for k, v in overrides.items() if v is not None}
-        layers.append(("command line", given))
+        layers.append((overrides_source, given))
     return build_config(_preset_layer(layers) + layers)
 
 

@@ -3,15 +3,18 @@ under fixed names."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
 from pathlib import Path
 from typing import Any
 
-from ..base.atomic import atomic_write_text, remove_stale_temporaries
+from ..base.atomic import append_text, atomic_write_text, remove_stale_temporaries
 from ..base.errors import CheckpointError, EemicrogptError, StorageError, describe_os_error
-from ..base.paths import user_path
+from ..base.ownership import made_by_eemicrogpt, mark_directory, marker_name
+from ..base.paths import resolved_dir, user_path
+from ..base.reading import read_regular_bytes
 from .config import TrainConfig, dump_yaml
 
 try:
@@ -24,9 +27,18 @@ METRICS_NAME = "metrics.jsonl"
 CHECKPOINT_NAME = "checkpoint.npz"
 BEST_NAME = "best.npz"  # keep_best: the checkpoint of the lowest validation loss so far
 RUN_FILES = (CONFIG_NAME, METRICS_NAME, CHECKPOINT_NAME, BEST_NAME)
-# Created with the directory, so its presence marks the directory as an eemicrogpt run's (files there are ours
-# to rewrite); held (flock) by the one process training in the directory, released when it exits.
+# Held (flock) by the one process training in the directory, released when it exits. Earlier versions also
+# took its mere presence as "this directory is ours", which anyone could forge with `touch .lock`.
 LOCK_NAME = ".lock"
+# What marks a directory as a run's (see base/ownership.py); a bare .lock no longer does. Earlier versions'
+# run directories (a .lock beside the run files) still resume, since --resume needs only a readable
+# checkpoint.npz; a new run into one that never saved a checkpoint is refused like any directory of the user's.
+RUN_KIND = "run"
+MARKER_NAME = marker_name(RUN_KIND)
+# metrics.jsonl holds a record of ~200 bytes per log step: 64 MiB is some 300,000 log lines (log_every 100 over
+# 30 million steps), and parsed they stay under a few hundred MB. A bigger or endless file (a link to
+# /dev/zero) is refused after reading at most this much.
+MAX_METRICS_BYTES = 64 << 20
 SHOWN_ENTRIES = 3  # of a foreign directory's files, named in the refusal
 
 
@@ -49,14 +61,14 @@ def lock_directory(directory: Path, busy: str, error: type[EemicrogptError] = Ch
 
 def foreign_directory_problem(directory: Path, option: str) -> str | None:
     """Why eemicrogpt must not write in `directory`: it exists, is not empty and was not made by eemicrogpt
-    (it lacks .lock); None when it is missing, empty or ours."""
+    (it lacks a valid MARKER_NAME); None when it is missing, empty or ours."""
     try:
         entries = sorted(p.name for p in directory.iterdir())
     except (FileNotFoundError, NotADirectoryError):
         return None  # nothing there to overwrite (creating it reports any problem with the path)
     except OSError as e:
         return describe_os_error(e, f"cannot list {option}")
-    if not entries or LOCK_NAME in entries:
+    if not entries or made_by_eemicrogpt(directory, RUN_KIND):
         return None
     shown = ", ".join(entries[:SHOWN_ENTRIES]) + (", ..." if len(entries) > SHOWN_ENTRIES else "")
     return (f"{option} {directory} is not empty and was not made by eemicrogpt (it holds {shown}); choose a new "
@@ -111,8 +123,14 @@ class RunDir:
 
     @classmethod
     def create(cls, out: str | None, cfg: TrainConfig) -> RunDir:
-        """A new run directory; refuses one that already holds a run (that is what --resume is for)."""
-        path = user_path(out, "--out") if out else _fresh_default(cfg)
+        """A new run directory; refuses one that already holds a run (that is what --resume is for) and one
+        with files eemicrogpt did not make. Ownership is decided on where the path leads (resolved_dir) before
+        anything is created, and a creation that fails removes the directory it made."""
+        if not out:
+            run = cls(_fresh_default(cfg))
+            run._mark_or_remove(made=True)
+            return run
+        path = resolved_dir(user_path(out, "--out"))
         run = cls(path)
         if run.checkpoint_path.exists():
             raise CheckpointError(f"{path} already holds a run; continue it with --resume {path} or pick another --out")
@@ -121,14 +139,24 @@ class RunDir:
         problem = foreign_directory_problem(path, "--out")
         if problem is not None:
             raise CheckpointError(problem)
+        made = not path.exists()
         _mkdir(path, exist_ok=True)
-        run.mark()
+        run._mark_or_remove(made)
         return run
 
-    def mark(self) -> None:
-        """Mark the directory as an eemicrogpt run's (see LOCK_NAME)."""
+    def _mark_or_remove(self, made: bool) -> None:
         try:
-            os.close(os.open(self.path / LOCK_NAME, os.O_WRONLY | os.O_CREAT, 0o644))
+            self.mark()
+        except BaseException:
+            if made:
+                with contextlib.suppress(OSError):  # it holds something after all: leave it
+                    self.path.rmdir()
+            raise
+
+    def mark(self) -> None:
+        """Mark the directory as an eemicrogpt run's (see MARKER_NAME)."""
+        try:
+            mark_directory(self.path, RUN_KIND)
         except OSError as e:
             raise StorageError(describe_os_error(e, "cannot write in the run directory")) from None
 
@@ -150,6 +178,10 @@ class RunDir:
     @classmethod
     def existing(cls, path: str | Path) -> RunDir:
         run = cls(user_path(path, "run directory"))
+        if run.path.exists() and not run.path.is_dir():
+            hint = f"; pass its directory, {run.path.parent}" if run.path.name == CHECKPOINT_NAME else ""
+            raise CheckpointError(f"{run.path} is a file, not a run directory (the directory eemicrogpt train wrote, "
+                                  f"holding {CHECKPOINT_NAME}){hint}")
         if not run.path.is_dir():
             raise CheckpointError(f"run directory not found: {run.path}")
         if not run.checkpoint_path.is_file():
@@ -170,20 +202,22 @@ class RunDir:
         atomic_write_text(self.config_path, dump_yaml(cfg))
 
     def append_metric(self, record: dict[str, Any]) -> None:
-        try:
-            with self.metrics_path.open("a", encoding="utf-8") as f:
-                f.write(json.dumps(record) + "\n")
-        except OSError as e:
-            if e.filename is None:  # a failed write() names no file: name the one the user knows
-                raise OSError(e.errno, e.strerror, str(self.metrics_path)) from e
-            raise
+        append_text(self.metrics_path, json.dumps(record) + "\n")
+
+    def metrics_text(self) -> str:
+        """metrics.jsonl, read with a bound (MAX_METRICS_BYTES) and only if it is a regular file;
+        FileNotFoundError when there is none."""
+        raw = read_regular_bytes(self.metrics_path, "metrics log", MAX_METRICS_BYTES, CheckpointError)
+        return raw.decode("utf-8", "replace")
 
     def read_metrics(self) -> list[dict[str, Any]]:
         """The records; a damaged line (half-written by a full disk or a power cut) is skipped, not fatal."""
-        if not self.metrics_path.exists():
+        try:
+            text = self.metrics_text()
+        except FileNotFoundError:
             return []
         records = []
-        for line in self.metrics_path.read_bytes().decode("utf-8", "replace").splitlines():
+        for line in text.splitlines():
             try:
                 record = json.loads(line)
             except ValueError:

@@ -11,9 +11,11 @@ validation round that runs it out (best.py), and keep_best saves best.npz at eve
 from __future__ import annotations
 
 import dataclasses
+import math
 import statistics
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -32,7 +34,7 @@ from ..base.errors import (
     StorageError,
     describe_os_error,
 )
-from ..data.names import Dataset, encode, read_names, split
+from ..data.names import Dataset, SeededSampler, encode, read_names, split
 from ..data.text import TextPart, read_text, split_text
 from ..model.shape import ModelShape, init_params
 from ..model.vocab import Vocabulary
@@ -50,6 +52,11 @@ CHUNK_SECONDS = 0.25  # slow backends get shorter chunks, so progress and Ctrl-C
 
 class TrainingDiverged(EemicrogptError):
     """The loss (or the parameters) became NaN or infinite."""
+
+
+# A mean train loss above this many times ln(vocab) (what guessing uniformly scores; an untrained model starts
+# near it) is divergence even when finite: lr 1e6 reaches 1e18 without overflowing float32.
+DIVERGED_LOSS_FACTOR = 10
 
 
 def _is_nonfinite_error(e: Exception) -> bool:
@@ -213,23 +220,16 @@ def evaluate(session: BackendSession, batches: list[tuple[np.ndarray, np.ndarray
         return float(np.sum(losses * counts) / np.sum(counts))
 
 
-def estimate_steps(session: BackendSession, data: Dataset | TextPart, cfg: TrainConfig,
-                   budget: float) -> tuple[int, float]:
-    """Steps that fit in `budget` seconds, from a timed warm-up on throwaway batches, and the fastest warm-up
-    chunk's seconds per step (the calibration contention.py compares the run with); state is restored.
-
-    The per-step time is the median over several warm-up chunks, so one chunk slowed by a busy machine
-    does not skew the estimate; the first chunk (cold caches, lazy set-up) is not counted.
-    """
-    saved = session.get_state()
-    sampler = data.sampler(cfg.batch, cfg.seed, stream=WARMUP_STREAM)
-    target = min(0.1 * budget, 1.0)  # time spent measuring: at most a tenth of the budget
+def _warmup_per_step(session: BackendSession, sampler: SeededSampler, lr: float, target: float,
+                     clock: Callable[[], float]) -> list[float]:
+    """Seconds per step of doubling warm-up chunks until `target` seconds are spent (at least three timed);
+    the first chunk (cold caches, lazy set-up) is not counted."""
     n, spent, per_step = 2, 0.0, []
     for i in range(64):
         tokens, lengths = sampler.sample(n)
-        t0 = time.perf_counter()
-        session.train_steps(tokens, lengths, np.full(n, cfg.lr, np.float32))
-        dt = time.perf_counter() - t0
+        t0 = clock()
+        session.train_steps(tokens, lengths, np.full(n, lr, np.float32))
+        dt = clock() - t0
         if i == 0:
             continue
         spent += dt
@@ -237,6 +237,36 @@ def estimate_steps(session: BackendSession, data: Dataset | TextPart, cfg: Train
         if spent >= target and len(per_step) >= 3:
             break
         n = min(2 * n, 1000)
+    return per_step
+
+
+def estimate_steps(session: BackendSession, data: Dataset | TextPart, cfg: TrainConfig, budget: float,
+                   threads: AdaptiveThreads | None = None,
+                   clock: Callable[[], float] = time.perf_counter) -> tuple[int, float]:
+    """Steps that fit in `budget` seconds, from a timed warm-up on throwaway batches, and the fastest warm-up
+    chunk's seconds per step (the calibration contention.py compares the run with); state is restored.
+
+    The per-step time is the median over several warm-up chunks, so one chunk slowed by a busy machine
+    does not skew the estimate. With threads: auto (`threads`), every candidate count is warmed up and timed,
+    the fastest is the one the run starts with, and the steps are sized by its time: timing one count and
+    training on another sized a run for a tenth of its budget when a busy core made one thread faster.
+    """
+    saved = session.get_state()
+    sampler = data.sampler(cfg.batch, cfg.seed, stream=WARMUP_STREAM)
+    target = min(0.1 * budget, 1.0)  # time spent measuring: at most a tenth of the budget
+    if threads is None:
+        per_step = _warmup_per_step(session, sampler, cfg.lr, target, clock)
+    else:
+        counts = threads.chooser.candidates
+        timed = {}
+        for count in counts:
+            used = threads.use(count)  # first: the warm-up below must run at this count
+            timed[used] = _warmup_per_step(session, sampler, cfg.lr, target / len(counts), clock)
+        medians = {count: statistics.median(times) for count, times in timed.items()}
+        best = min(medians, key=lambda count: medians[count])
+        threads.use(best)
+        threads.chooser.settle_on(best, medians)
+        per_step = timed[best]
     session.set_state(saved)
     steps = min(MAX_STEPS, max(1, int(budget / statistics.median(per_step))))  # the cap every run shares
     return steps, min(per_step)
@@ -247,7 +277,7 @@ class _Run:
 
     def __init__(self, cfg: TrainConfig, entry: BackendEntry, session: BackendSession, data: PreparedData,
                  shape: ModelShape, run_dir: RunDir | None, resume: Checkpoint | None,
-                 extend_to: int | None = None) -> None:
+                 extend_to: int | None = None, adaptive: AdaptiveThreads | None = None) -> None:
         self.cfg, self.entry, self.session, self.run_dir = cfg, entry, session, run_dir
         self.schedule = cfg.schedule()
         self.load_start: float | None = None
@@ -277,7 +307,7 @@ class _Run:
             self.total = cfg.steps
             if budget is not None:
                 self.load_start = load_average()
-                self.total, self.calibration_s = estimate_steps(session, data.train, cfg, budget)
+                self.total, self.calibration_s = estimate_steps(session, data.train, cfg, budget, adaptive)
         start = session.get_state()
         self.step = int(start.step)
         self.good = _Snapshot(start, self.sampler.get_state())
@@ -289,7 +319,7 @@ class _Run:
         self.last_lr = float("nan")
         self.chunk_limit = min(8, cfg.chunk_steps)  # grows to cfg.chunk_steps once the step time is known
         self.seconds_per_step: float | None = None  # of the last chunk
-        self.adaptive: AdaptiveThreads | None = None  # threads: auto (set by train)
+        self.adaptive = adaptive  # threads: auto
         self.thread_note: str | None = None  # what threads: auto decided after the last chunk
         # elapsed_s continues across resumes: it starts from the last record this run kept before now.
         earlier = run_dir.read_metrics() if run_dir is not None and resume is not None else []
@@ -381,6 +411,10 @@ class _Run:
         state = self.session.get_state()
         if nonfinite_part(state) is not None:
             raise self._diverged(f"the parameters became non-finite by step {self.step}")
+        bound = DIVERGED_LOSS_FACTOR * math.log(self.shape.vocab)
+        if self.train_loss > bound:  # finite, but no model that learned anything is this far off
+            raise self._diverged(f"the train loss reached {self.train_loss:.3g} by step {self.step}, over "
+                                 f"{DIVERGED_LOSS_FACTOR}x the {math.log(self.shape.vocab):.3g} of a uniform guess")
         self.good = _Snapshot(state, self.sampler.get_state())
         try:
             self.val_loss = evaluate(self.session, self.val_batches)
@@ -504,10 +538,11 @@ def train(
     backend_note = (registry.fallback_note(entry, shape, cfg.batch, cfg.dtype) if auto else None) or ""
     with open_session(entry, shape, cfg.batch, cfg.dtype, cfg.threads) as opened:
         session = CheckedSession(opened, shape, cfg.dtype, entry.name)  # every output checked before use
-        run = _Run(cfg, entry, session, data, shape, run_dir, resume, extend_to)
+        adaptive = None
         if cfg.threads is None and entry.spec is not None and entry.spec.thread_independent and opened.threads > 1:
             # threads: auto. Any count trains the same bits here, so the count can follow the machine's load.
-            run.adaptive = AdaptiveThreads(opened, auto_candidates(opened.threads))
+            adaptive = AdaptiveThreads(opened, auto_candidates(opened.threads))
+        run = _Run(cfg, entry, session, data, shape, run_dir, resume, extend_to, adaptive)
         if run_dir is not None:
             try:
                 run_dir.write_config(cfg)
