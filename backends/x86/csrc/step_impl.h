@@ -184,61 +184,85 @@ AI void attention_backward_seq(const int D, int H, const float *qkv, const float
 }
 #undef ATTENTION_SEQ
 
-/* Forward (and backward into the segments' gradients when they are not NULL) of one pass: the sequences
- * pass->seq0..seq1-1, whose pass->rows live rows are packed from row pass->data_row of the row bookkeeping;
- * their activations are the first rows of the participant's `a`. Every row-wise operation runs over the whole
- * pass; the sums over rows (weight gradients, loss, embedding scatter) run per segment, as its chunk alone
- * would, so merging the blocks of several chunks into one pass changes no bit. attention_forward_w and
- * attention_backward_w: the width's attention_forward_seq and attention_backward_seq. */
-AI void pass_step(const int D, attention_forward_fn attention_forward_w, attention_backward_fn attention_backward_w,
-                  struct emg_session *s, struct emg_acts *a, const struct emg_pass *pass, const uint8_t *lengths,
-                  float inv_p) {
-    const int F = 4 * D;
-    const emg_layout *lay = &s->core.layout;
-    const int NL = s->core.shape.n_layers, H = s->core.shape.n_heads, V = s->core.shape.vocab, VP = s->logit_ld;
-    const int P = pass->rows, Pp = round_up(P, ROW_PAD), R = a->rows, data_row = pass->data_row;
-    const long att_layer = (long)R * H * s->att_lanes;
+/* What every part of one pass reads of the session, the participant's activations and the pass (built once
+ * per part; every user is inlined, so its fields stay in registers). */
+struct pass_view {
+    const emg_layout *lay;
+    const float *params;
+    int NL, H, V, VP;
+    int P, Pp, R; /* the pass's live rows, padded to ROW_PAD; the activation buffers' rows */
+    long att_layer; /* floats of one layer's attention probabilities */
+    const int *row_tok, *row_tgt, *row_pos; /* the pass's rows of the row bookkeeping */
+};
+
+AI struct pass_view pass_view(const struct emg_session *s, const struct emg_acts *a, const struct emg_pass *pass) {
+    const int H = s->core.shape.n_heads, P = pass->rows, data_row = pass->data_row;
     const struct emg_rows rows = emg_x86_rows(s);
-    const int *row_tok = rows.tok + data_row, *row_tgt = rows.tgt + data_row, *row_pos = rows.pos + data_row;
-    const float *params = s->core.params;
+    return (struct pass_view){.lay = &s->core.layout, .params = s->core.params, .NL = s->core.shape.n_layers, .H = H,
+                              .V = s->core.shape.vocab, .VP = s->logit_ld, .P = P, .Pp = round_up(P, ROW_PAD),
+                              .R = a->rows, .att_layer = (long)a->rows * H * s->att_lanes,
+                              .row_tok = rows.tok + data_row, .row_tgt = rows.tgt + data_row,
+                              .row_pos = rows.pos + data_row};
+}
+
+#define ACT(field, l, width) (a->field + (long)(l) * v->R * (width)) /* layer l's rows of a per-layer activation */
+#define LAYER_W(l, tensor) (v->params + emg_layer_offset(v->lay, l) + EMG_LAYER_##tensor(D))
+#define LAYER_G(l, tensor) (emg_layer_offset(v->lay, l) + EMG_LAYER_##tensor(D)) /* offset into a gradient */
+
+/* Layer l forward over the pass's rows: x[l + 1] from x[l], keeping what layer_backward reads. r1 holds the
+ * mean squares of x[l] for l = 0 (chained from the embedding norm, model_forward). */
+AI void layer_forward(const int D, attention_forward_fn attention_forward_w, struct emg_session *s,
+                      struct emg_acts *a, const struct emg_pass *pass, const struct pass_view *v,
+                      const uint8_t *lengths, int l) {
+    const int F = 4 * D, H = v->H, P = v->P, Pp = v->Pp;
 #ifdef EMG_BF16
-    uint16_t *bfa = (uint16_t *)a->bf_a, *bfb = (uint16_t *)a->bf_b;
+    uint16_t *bfa = (uint16_t *)a->bf_a;
 #endif
-#define ACT(field, l, width) (a->field + (long)(l) * R * (width)) /* layer l's rows of a per-layer activation */
-#define LAYER_W(l, tensor) (params + emg_layer_offset(lay, l) + EMG_LAYER_##tensor(D))
-#define LAYER_G(l, tensor) (emg_layer_offset(lay, l) + EMG_LAYER_##tensor(D)) /* offset into a gradient */
+    float *x = ACT(x, l, D), *n1 = ACT(n1, l, D), *r1 = ACT(r1, l, 1), *qkv = ACT(qkv, l, 3 * D);
+    float *att = a->att + l * v->att_layer, *o = ACT(o, l, D), *x_mid = ACT(x_mid, l, D), *n2 = ACT(n2, l, D);
+    float *r2 = ACT(r2, l, 1), *hid = ACT(hid, l, F);
+    if (l > 0)
+        for (int p = 0; p < Pp; p++) r1[p] = rmsnorm_mean_sq(D, x + p * D);
+    rmsnorm_scales(r1, Pp);
+    for (int p = 0; p < Pp; p++) (void)rmsnorm_apply(D, x + p * D, r1[p], n1 + p * D);
+    matmul_forward(Pp, 3 * D, D, qkv, n1, LAYER_COPY(wqkv_t, l, 3 * D * D), LAYER_COPY(pk_qkv_t, l, 3 * D * D / 2),
+                   NULL, EPI_NONE);
+    memset(o + P * D, 0, sizeof(float) * (size_t)(Pp - P) * D);
+    long att_off = 0;
+    for (int b = pass->seq0, r = 0; b < pass->seq1; b++) {
+        const int L = lengths[b] - 1;
+        attention_forward_w(H, qkv + r * 3 * D, o + r * D, att + att_off, L, a->scratch);
+        r += L;
+        att_off += (long)H * L * att_lanes(L);
+    }
+    matmul_forward(Pp, D, D, x_mid, o, LAYER_COPY(wo_t, l, D * D), LAYER_COPY(pk_o_t, l, D * D / 2), x, EPI_ADD);
+    rmsnorm_forward(D, x_mid, Pp, r2, n2);
+    matmul_forward(Pp, F, D, hid, n2, LAYER_COPY(wf1_t, l, 4 * D * D), LAYER_COPY(pk_f1_t, l, 2 * D * D), NULL,
+                   EPI_RELU);
+    matmul_forward(Pp, D, F, ACT(x, l + 1, D), hid, LAYER_COPY(wf2_t, l, 4 * D * D),
+                   LAYER_COPY(pk_f2_t, l, 2 * D * D), x_mid, EPI_ADD);
+}
+
+/* Forward of one pass: the sequences pass->seq0..seq1-1, whose pass->rows live rows are packed from row
+ * pass->data_row of the row bookkeeping; their activations are the first rows of the participant's `a`. Ends
+ * with the loss: each segment's loss sum goes to its chunk's total and the logits rows become dloss/dlogits. */
+AI void model_forward(const int D, attention_forward_fn attention_forward_w, struct emg_session *s,
+                      struct emg_acts *a, const struct emg_pass *pass, const struct pass_view *v,
+                      const uint8_t *lengths, float inv_p) {
+    const int NL = v->NL, V = v->V, VP = v->VP, P = v->P, Pp = v->Pp;
+    const float *params = v->params;
+#ifdef EMG_BF16
+    uint16_t *bfa = (uint16_t *)a->bf_a;
+#endif
 
     /* The embedding and its norm, chained with layer 0's first norm: rmsnorm_apply returns the mean squares
      * of what it writes. Padding rows are zero all the way through the step. */
     float *x0 = a->x;
-    encoder_forward(D, params + lay->tok_emb, params + lay->pos_emb, row_tok, row_pos, P, Pp, x0, a->r_emb);
+    encoder_forward(D, params + v->lay->tok_emb, params + v->lay->pos_emb, v->row_tok, v->row_pos, P, Pp, x0,
+                    a->r_emb);
     rmsnorm_scales(a->r_emb, Pp);
     for (int p = 0; p < Pp; p++) a->r1[p] = rmsnorm_apply(D, x0 + p * D, a->r_emb[p], x0 + p * D);
-    for (int l = 0; l < NL; l++) {
-        float *x = ACT(x, l, D), *n1 = ACT(n1, l, D), *r1 = ACT(r1, l, 1), *qkv = ACT(qkv, l, 3 * D);
-        float *att = a->att + l * att_layer, *o = ACT(o, l, D), *x_mid = ACT(x_mid, l, D), *n2 = ACT(n2, l, D);
-        float *r2 = ACT(r2, l, 1), *hid = ACT(hid, l, F);
-        if (l > 0)
-            for (int p = 0; p < Pp; p++) r1[p] = rmsnorm_mean_sq(D, x + p * D);
-        rmsnorm_scales(r1, Pp);
-        for (int p = 0; p < Pp; p++) (void)rmsnorm_apply(D, x + p * D, r1[p], n1 + p * D);
-        matmul_forward(Pp, 3 * D, D, qkv, n1, LAYER_COPY(wqkv_t, l, 3 * D * D), LAYER_COPY(pk_qkv_t, l, 3 * D * D / 2),
-                       NULL, EPI_NONE);
-        memset(o + P * D, 0, sizeof(float) * (size_t)(Pp - P) * D);
-        long att_off = 0;
-        for (int b = pass->seq0, r = 0; b < pass->seq1; b++) {
-            const int L = lengths[b] - 1;
-            attention_forward_w(H, qkv + r * 3 * D, o + r * D, att + att_off, L, a->scratch);
-            r += L;
-            att_off += (long)H * L * att_lanes(L);
-        }
-        matmul_forward(Pp, D, D, x_mid, o, LAYER_COPY(wo_t, l, D * D), LAYER_COPY(pk_o_t, l, D * D / 2), x, EPI_ADD);
-        rmsnorm_forward(D, x_mid, Pp, r2, n2);
-        matmul_forward(Pp, F, D, hid, n2, LAYER_COPY(wf1_t, l, 4 * D * D), LAYER_COPY(pk_f1_t, l, 2 * D * D), NULL,
-                       EPI_RELU);
-        matmul_forward(Pp, D, F, ACT(x, l + 1, D), hid, LAYER_COPY(wf2_t, l, 4 * D * D),
-                       LAYER_COPY(pk_f2_t, l, 2 * D * D), x_mid, EPI_ADD);
-    }
+    for (int l = 0; l < NL; l++) layer_forward(D, attention_forward_w, s, a, pass, v, lengths, l);
     const float *x_last = ACT(x, NL, D);
     float *logits = a->logits;
     NN_ANY(Pp, VP, D, x_last, D, s->wlm_t, VP, s->pk_lm_t, logits, VP, NULL, 0, EPI_NONE);
@@ -247,43 +271,68 @@ AI void pass_step(const int D, attention_forward_fn attention_forward_w, attenti
      * dloss/dlogits = (softmax - onehot) / P_total in place. */
     for (int q = 0; q < pass->n_seg; q++) {
         const struct emg_segment *sg = &pass->seg[q];
-        *sg->total += crossentropy_forward_backward(logits + (long)sg->row * VP, VP, V, row_tgt + sg->row, sg->rows,
-                                                    inv_p);
+        *sg->total += crossentropy_forward_backward(logits + (long)sg->row * VP, VP, V, v->row_tgt + sg->row,
+                                                    sg->rows, inv_p);
     }
-    if (pass->seg[0].grads == NULL) return;
-    memset(logits + P * VP, 0, sizeof(float) * (size_t)(Pp - P) * VP);
+}
+
+/* Layer l backward: a->dx holds dloss/dx[l + 1]; into the segments' weight gradients, and (l > 0) dloss/dx[l]
+ * into a->dx; for l = 0 a->dn1 and a->dx_mid are left for model_backward's first norm. */
+AI void layer_backward(const int D, attention_backward_fn attention_backward_w, struct emg_session *s,
+                       struct emg_acts *a, const struct emg_pass *pass, const struct pass_view *v,
+                       const uint8_t *lengths, int l) {
+    const int F = 4 * D, H = v->H, P = v->P, Pp = v->Pp;
+#ifdef EMG_BF16
+    uint16_t *bfa = (uint16_t *)a->bf_a, *bfb = (uint16_t *)a->bf_b;
+#endif
+    (void)s; /* the bf16 build's packed weights only */
     float *dx = a->dx, *dhid = a->dhid, *dn2 = a->dn2, *dx_mid = a->dx_mid, *dout = a->dout, *dqkv = a->dqkv;
     float *dn1 = a->dn1;
+    const float *n1 = ACT(n1, l, D), *r1 = ACT(r1, l, 1), *qkv = ACT(qkv, l, 3 * D), *att = a->att + l * v->att_layer;
+    const float *o = ACT(o, l, D), *n2 = ACT(n2, l, D), *r2 = ACT(r2, l, 1), *hid = ACT(hid, l, F);
+    /* MLP: x[l + 1] = x_mid + relu(n2 Wf1^T) Wf2^T; dx holds dloss/dx[l + 1] */
+    matmul_backward(Pp, D, F, dhid, LAYER_G(l, WF2), dx, D, hid, LAYER_W(l, WF2), LAYER_COPY(pk_f2, l, 2 * D * D),
+                    hid, EPI_MASK);
+    matmul_backward(Pp, F, D, dn2, LAYER_G(l, WF1), dhid, F, n2, LAYER_W(l, WF1), LAYER_COPY(pk_f1, l, 2 * D * D),
+                    NULL, EPI_NONE);
+    for (int p = 0; p < Pp; p++) rmsnorm_backward(D, dn2 + p * D, n2 + p * D, r2[p], dx + p * D, dx_mid + p * D);
+    /* attention: x_mid = x[l] + attention(n1 Wqkv^T) Wo^T */
+    matmul_backward(Pp, D, D, dout, LAYER_G(l, WO), dx_mid, D, o, LAYER_W(l, WO), LAYER_COPY(pk_o, l, D * D / 2),
+                    NULL, EPI_NONE);
+    memset(dqkv + P * 3 * D, 0, sizeof(float) * (size_t)(Pp - P) * 3 * D);
+    long att_off = 0;
+    for (int b = pass->seq0, r = 0; b < pass->seq1; b++) {
+        const int L = lengths[b] - 1;
+        attention_backward_w(H, qkv + r * 3 * D, att + att_off, dout + r * D, dqkv + r * 3 * D, L, a->scratch);
+        r += L;
+        att_off += (long)H * L * att_lanes(L);
+    }
+    /* Q, K, V projections (one GEMM each way: Wq, Wk, Wv are adjacent in the parameter layout) */
+    matmul_backward(Pp, 3 * D, D, dn1, LAYER_G(l, WQ), dqkv, 3 * D, n1, LAYER_W(l, WQ),
+                    LAYER_COPY(pk_qkv, l, 3 * D * D / 2), NULL, EPI_NONE);
+    if (l > 0) /* dloss/dx[l], the next layer down's dloss/dx[l + 1] */
+        for (int p = 0; p < Pp; p++) rmsnorm_backward(D, dn1 + p * D, n1 + p * D, r1[p], dx_mid + p * D, dx + p * D);
+}
+
+/* Backward of one pass after model_forward, into the segments' gradients: the LM head, the layers in reverse,
+ * the first norm, the embedding norm and the embedding scatter. */
+AI void model_backward(const int D, attention_backward_fn attention_backward_w, struct emg_session *s,
+                       struct emg_acts *a, const struct emg_pass *pass, const struct pass_view *v,
+                       const uint8_t *lengths) {
+    const emg_layout *lay = v->lay;
+    const int NL = v->NL, V = v->V, VP = v->VP, P = v->P, Pp = v->Pp;
+    const float *params = v->params;
+#ifdef EMG_BF16
+    uint16_t *bfa = (uint16_t *)a->bf_a, *bfb = (uint16_t *)a->bf_b;
+#endif
+    (void)params; /* the fp32 build's row-major Wlm only */
+    float *x0 = a->x, *logits = a->logits, *dx = a->dx, *dx_mid = a->dx_mid, *dn1 = a->dn1;
+    const float *x_last = ACT(x, NL, D);
+    memset(logits + P * VP, 0, sizeof(float) * (size_t)(Pp - P) * VP);
 
     /* LM head: logits = x[L] Wlm^T, Wlm [V][D] */
     matmul_backward(Pp, V, D, dx, lay->wlm, logits, VP, x_last, params + lay->wlm, s->pk_lm, NULL, EPI_NONE);
-    for (int l = NL - 1; l >= 0; l--) {
-        const float *n1 = ACT(n1, l, D), *r1 = ACT(r1, l, 1), *qkv = ACT(qkv, l, 3 * D), *att = a->att + l * att_layer;
-        const float *o = ACT(o, l, D), *n2 = ACT(n2, l, D), *r2 = ACT(r2, l, 1), *hid = ACT(hid, l, F);
-        /* MLP: x[l + 1] = x_mid + relu(n2 Wf1^T) Wf2^T; dx holds dloss/dx[l + 1] */
-        matmul_backward(Pp, D, F, dhid, LAYER_G(l, WF2), dx, D, hid, LAYER_W(l, WF2), LAYER_COPY(pk_f2, l, 2 * D * D),
-                        hid, EPI_MASK);
-        matmul_backward(Pp, F, D, dn2, LAYER_G(l, WF1), dhid, F, n2, LAYER_W(l, WF1), LAYER_COPY(pk_f1, l, 2 * D * D),
-                        NULL, EPI_NONE);
-        for (int p = 0; p < Pp; p++) rmsnorm_backward(D, dn2 + p * D, n2 + p * D, r2[p], dx + p * D, dx_mid + p * D);
-        /* attention: x_mid = x[l] + attention(n1 Wqkv^T) Wo^T */
-        matmul_backward(Pp, D, D, dout, LAYER_G(l, WO), dx_mid, D, o, LAYER_W(l, WO), LAYER_COPY(pk_o, l, D * D / 2),
-                        NULL, EPI_NONE);
-        memset(dqkv + P * 3 * D, 0, sizeof(float) * (size_t)(Pp - P) * 3 * D);
-        long att_off = 0;
-        for (int b = pass->seq0, r = 0; b < pass->seq1; b++) {
-            const int L = lengths[b] - 1;
-            attention_backward_w(H, qkv + r * 3 * D, att + att_off, dout + r * D, dqkv + r * 3 * D, L, a->scratch);
-            r += L;
-            att_off += (long)H * L * att_lanes(L);
-        }
-        /* Q, K, V projections (one GEMM each way: Wq, Wk, Wv are adjacent in the parameter layout) */
-        matmul_backward(Pp, 3 * D, D, dn1, LAYER_G(l, WQ), dqkv, 3 * D, n1, LAYER_W(l, WQ),
-                        LAYER_COPY(pk_qkv, l, 3 * D * D / 2), NULL, EPI_NONE);
-        if (l > 0) /* dloss/dx[l], the next layer down's dloss/dx[l + 1] */
-            for (int p = 0; p < Pp; p++)
-                rmsnorm_backward(D, dn1 + p * D, n1 + p * D, r1[p], dx_mid + p * D, dx + p * D);
-    }
+    for (int l = NL - 1; l >= 0; l--) layer_backward(D, attention_backward_w, s, a, pass, v, lengths, l);
     /* Layer 0's first norm, the embedding norm and the embedding scatter, row by row into each row's chunk. */
     for (int q = 0; q < pass->n_seg; q++) {
         const struct emg_segment *sg = &pass->seg[q];
@@ -294,12 +343,25 @@ AI void pass_step(const int D, attention_forward_fn attention_forward_w, attenti
             float dx0[STEP_MAX_D], de[STEP_MAX_D];
             rmsnorm_backward(D, dn1 + p * D, a->n1 + p * D, a->r1[p], dx_mid + p * D, dx0);
             rmsnorm_backward(D, dx0, x0 + p * D, a->r_emb[p], NULL, de);
-            encoder_backward(D, de, g_tok + row_tok[p] * D, g_pos + row_pos[p] * D);
+            encoder_backward(D, de, g_tok + v->row_tok[p] * D, g_pos + v->row_pos[p] * D);
         }
     }
+}
 #undef ACT
 #undef LAYER_W
 #undef LAYER_G
+
+/* Forward (and backward into the segments' gradients when they are not NULL) of one pass. Every row-wise
+ * operation runs over the whole pass; the sums over rows (weight gradients, loss, embedding scatter) run per
+ * segment, as its chunk alone would, so merging the blocks of several chunks into one pass changes no bit.
+ * attention_forward_w and attention_backward_w: the width's attention_forward_seq and attention_backward_seq. */
+AI void pass_step(const int D, attention_forward_fn attention_forward_w, attention_backward_fn attention_backward_w,
+                  struct emg_session *s, struct emg_acts *a, const struct emg_pass *pass, const uint8_t *lengths,
+                  float inv_p) {
+    const struct pass_view v = pass_view(s, a, pass);
+    model_forward(D, attention_forward_w, s, a, pass, &v, lengths, inv_p);
+    if (pass->seg[0].grads == NULL) return;
+    model_backward(D, attention_backward_w, s, a, pass, &v, lengths);
 }
 
 #undef NN
