@@ -127,7 +127,8 @@ typedef struct emg_backend {
     /* Mean loss of a validated batch; with want_grads, also fills s->core.grads with its gradient. */
     float (*loss_and_grad)(emg_session *s, int batch, const uint8_t *tokens, const uint8_t *lengths,
                            int want_grads);
-    /* One Adam update from s->core.grads with the header's constants; s->core.step is already counted. */
+    /* One Adam update from s->core.grads with the header's constants; s->core.step is already counted.
+     * Called only when train_step is NULL: a backend that supplies train_step leaves it NULL. */
     void (*adam)(emg_session *s, float lr);
     /* Optional (NULL: the layer runs loss_and_grad, adam, params_changed). One whole step on a validated
      * batch: the loss (into *loss) and its gradient in s->core.grads; then, only when the loss and every

@@ -3,7 +3,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "adam.h"
 #include "attention.h"
 #include "gemm.h"
 #include "session.h"
@@ -95,17 +94,9 @@ static void release(struct emg_session *s) {
     free(s->arena);
 }
 
-
-/* Unused while train_step is supplied; kept as the plain single-threaded update the layer's contract names. */
-static void adam(struct emg_session *s, float lr) {
-    const emg_core *c = &s->core;
-    /* Its finiteness flag is not needed: the layer checks the parameters after every update. */
-    (void)adam_update(c->params, c->adam_m, c->adam_v, c->grads, c->layout.n_params, c->step, lr);
-}
-
 const emg_backend emg_this_backend = {.supports = supports, .init = init, .release = release,
                                       .params_changed = emg_x86_sync_transposed,
-                                      .loss_and_grad = emg_x86_loss_and_grad, .adam = adam,
+                                      .loss_and_grad = emg_x86_loss_and_grad,
                                       .train_step = emg_x86_train_step, .set_threads = emg_x86_set_threads};
 
 #define EMG_BACKEND_THREADS
