@@ -143,3 +143,54 @@ def test_the_estimate_is_the_steady_speed_not_the_first_calls(budget: float, dat
     steps, _ = estimate_steps(session, dataset, TrainConfig(d_model=16), budget, None, clock=clock)
     run_per_step = WarmingSession.STEADY_S + WarmingSession.PER_CALL_S / 250  # the run's chunks of 250 steps
     assert steps * run_per_step == pytest.approx(budget, rel=0.10)
+
+
+class SlowingSession(FakeSession):
+    """Steps that cost `per_step` seconds until `slow_after` seconds into the run, then `factor` times as much:
+    a machine that got busier (factor > 1) or quieter (< 1) after the warm-up sized the run."""
+
+    def __init__(self, clock: Clock, per_step: float, slow_after: float, factor: float) -> None:
+        super().__init__(clock, threads=1)
+        self.per_step, self.slow_after, self.factor = per_step, slow_after, factor
+
+    def train_steps(self, tokens: Any, lengths: Any, lrs: Any) -> np.ndarray:
+        n = len(lrs)
+        cost = self.per_step * (self.factor if self.clock.now >= self.slow_after else 1.0)
+        self.clock.now += n * cost
+        self.state = TrainState(self.state.params, self.state.adam_m, self.state.adam_v, self.state.step + n)
+        return np.full(n, 2.0, np.float32)
+
+    def loss_and_grads(self, tokens: Any, lengths: Any, want_grads: bool = True) -> tuple[float, None]:
+        return 2.0, None
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("factor", [2.0, 0.5, 1.0])
+def test_a_time_budget_run_trains_for_its_budget_when_the_speed_changes(factor: float, names_file: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The warm-up sizes the run; a speed change right after it (a core taken or freed) would make the run
+    train factor x its budget. The run re-sizes its total from its own chunks while it is young and ends
+    within 10% of the budget in training seconds."""
+    import types
+
+    from eemicrogpt_core.backends.backend import BackendSpec, ProbeResult
+    from eemicrogpt_core.backends.hookspec import hookimpl
+    from eemicrogpt_core.backends.registry import load_registry
+    from eemicrogpt_core.training import trainer
+
+    clock, budget = Clock(), 1.0
+    warmup_end = min(0.1 * budget, 1.0) + 0.01  # estimate_steps' measuring time, and a little more
+
+    def factory(shape: Any, max_batch: int, dtype: str) -> SlowingSession:
+        return SlowingSession(clock, 50e-6, clock.now + warmup_end, factor)
+
+    plugin = types.ModuleType("clocked")
+    plugin.eemicrogpt_backends = hookimpl(lambda: [BackendSpec("clocked", "d", lambda: ProbeResult.ok(1), factory)])
+    monkeypatch.setattr(trainer, "time", types.SimpleNamespace(perf_counter=clock))  # the warm-up's and the run's
+    cfg = TrainConfig(d_model=16, backend="clocked", data=str(names_file), time_budget=budget, log_every=10**6,
+                      out=None)
+    result = train(cfg, load_registry(entry_points=False, extra_plugins=[plugin]))
+    assert result.train_seconds == pytest.approx(budget, rel=0.10)
+    assert result.losses.size == result.total_steps  # it ran the total it settled on

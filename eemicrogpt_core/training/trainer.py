@@ -48,6 +48,13 @@ from .target import ROLLING, TargetOutcome, TargetReached, first_reached, second
 
 WARMUP_STREAM = 3  # batch stream for the time-budget warm-up, so it never shifts the training batches
 CHUNK_SECONDS = 0.25  # slow backends get shorter chunks, so progress and Ctrl-C stay responsive
+# A time-budget run re-sizes its total from its own chunks until this share of the budget has trained: the
+# warm-up's estimate misses by the first calls' costs and by a machine that got busier or quieter (a 1 s run
+# sized by the warm-up alone trained 0.82-1.04 s, d16 on two Zen 4 threads), and the later the total
+# changes, the larger the step it makes in the learning-rate schedule.
+RESIZE_UNTIL = 0.5
+# Its chunks are at most this share of the budget, so that several of them fall before RESIZE_UNTIL.
+BUDGET_CHUNK_SHARE = 1 / 40
 
 
 class TrainingDiverged(EemicrogptError):
@@ -253,7 +260,7 @@ def _warmup_per_step(session: BackendSession, sampler: SeededSampler, lr: float,
 
 def estimate_steps(session: BackendSession, data: Dataset | TextPart, cfg: TrainConfig, budget: float,
                    threads: AdaptiveThreads | None = None,
-                   clock: Callable[[], float] = time.perf_counter) -> tuple[int, float]:
+                   clock: Callable[[], float] | None = None) -> tuple[int, float]:
     """Steps that fit in `budget` seconds, from a timed warm-up on throwaway batches, and the fastest warm-up
     chunk's seconds per step (the calibration contention.py compares the run with); state is restored.
 
@@ -263,6 +270,7 @@ def estimate_steps(session: BackendSession, data: Dataset | TextPart, cfg: Train
     timing one count and training on another sized a run for a tenth of its budget when a busy core made one
     thread faster.
     """
+    clock = clock or time.perf_counter  # looked up per call: the run's chunks are timed by the same clock
     saved = session.get_state()
     sampler = data.sampler(cfg.batch, cfg.seed, stream=WARMUP_STREAM)
     target = min(0.1 * budget, 1.0)  # time spent measuring: at most a tenth of the budget
@@ -294,6 +302,8 @@ class _Run:
         self.schedule = cfg.schedule()
         self.load_start: float | None = None
         self.calibration_s: float | None = None  # set for a fresh time-budget run
+        self.budget: float | None = None  # the same: its seconds, while the total may still be re-sized
+        self.timed_steps, self.timed_seconds = 0, 0.0  # the chunks after the first, which pays the cold start
         self.shape, self.vocab = shape, data.vocab
         self.data_sha256 = data.data_sha256
         self.train_part = data.train
@@ -320,6 +330,7 @@ class _Run:
             if budget is not None:
                 self.load_start = load_average()
                 self.total, self.calibration_s = estimate_steps(session, data.train, cfg, budget, adaptive)
+                self.budget = budget
         start = session.get_state()
         self.step = int(start.step)
         self.good = _Snapshot(start, self.sampler.get_state())
@@ -370,14 +381,29 @@ class _Run:
         self.seconds_per_step = elapsed / n
         if self.adaptive is not None:
             self.thread_note = self.adaptive.after_chunk(n, elapsed)
-        self.chunk_limit = max(1, min(cfg.chunk_steps, int(CHUNK_SECONDS * n / max(elapsed, 1e-9))))
+        chunk_seconds = CHUNK_SECONDS if self.budget is None else min(CHUNK_SECONDS, BUDGET_CHUNK_SHARE * self.budget)
+        self.chunk_limit = max(1, min(cfg.chunk_steps, int(chunk_seconds * n / max(elapsed, 1e-9))))
+        if self.chunks:
+            self.timed_steps, self.timed_seconds = self.timed_steps + n, self.timed_seconds + elapsed
         self.step += n
+        self._resize()
         self.chunks.append(losses)
         self.recent.extend(losses.tolist())
         self.last_lr = float(lrs[-1])
         if not np.all(np.isfinite(losses)):
             i = int(np.argmin(np.isfinite(losses)))
             raise self._diverged(f"the loss became {losses[i]} at step {step + 1 + i}")
+
+    def _resize(self) -> None:
+        """A time-budget run's total from the steps it has timed, until RESIZE_UNTIL of its budget is spent."""
+        if self.budget is None or not self.timed_steps:
+            return
+        if self.seconds >= RESIZE_UNTIL * self.budget:
+            self.budget = None  # the total is final from here
+            return
+        per_step = self.timed_seconds / self.timed_steps
+        left = max(0.0, self.budget - self.seconds)
+        self.total = min(MAX_STEPS, self.step + max(1, int(left / per_step)))
 
     def kept(self) -> str:
         """What is on disk after a failure."""
