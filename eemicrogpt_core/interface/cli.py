@@ -38,7 +38,7 @@ from ..training.config import MAX_D_MODEL, SETTINGS, TrainConfig, load_config
 from ..training.progress import RichReporter
 from ..training.rundir import BEST_NAME, model_file
 from ..training.trainer import PreparedData, TrainResult
-from .config_options import flag_of, with_config_options
+from .config_options import flag_of, flags_of, with_config_options
 from .sample_output import (
     DEFAULT_NEW_TOKENS,
     NAMES_N,
@@ -257,7 +257,7 @@ def train_cmd(
     if resume is not None:
         changeable = [key for key in overrides if SETTINGS[key].on_resume]
         extend_to = overrides.pop("steps")  # --steps with --resume: train on to that many steps
-        given = [flag_of(key) for key, v in overrides.items() if v is not None and key not in changeable]
+        given = [flags_of(key) for key, v in overrides.items() if v is not None and key not in changeable]
         if config is not None:
             given.insert(0, "--config")
         if given:

@@ -28,6 +28,12 @@ def flag_of(key: str) -> str:
     return SETTINGS[key].flag or "--" + key.replace("_", "-")
 
 
+def flags_of(key: str) -> str:
+    """Every option that sets key, for messages about a value given on the command line (--data-format/--text)."""
+    switch = SETTINGS[key].switch
+    return flag_of(key) + (f"/{switch[0]}" if switch is not None else "")
+
+
 def _value_or_word(value_type: type, word: str) -> Callable[[str], Any]:
     """A command-line parser for a value of `value_type` or `word`, passed through as written (the key's null)."""
 
