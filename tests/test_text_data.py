@@ -333,6 +333,8 @@ def test_the_shakespeare_configs_load() -> None:
     cfg = load_config(CONFIGS / "shakespeare_char_cpu.yaml")
     assert (cfg.data_format, cfg.d_model, cfg.n_layers, cfg.n_heads, cfg.context, cfg.batch, cfg.val_fraction) == \
         ("text", 128, 4, 4, 64, 12, 0.1)
+    assert (cfg.lr_schedule, cfg.warmup_steps, cfg.steps) == ("cosine", 100, 2000)
+    assert 0 < cfg.min_lr < cfg.lr
     spec = yaml.safe_load((CONFIGS / "sweeps" / "shakespeare_lr.yaml").read_text())
     assert spec["base"]["data_format"] == "text" and spec["base"]["target_loss"] > 0
 
