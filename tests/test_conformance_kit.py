@@ -33,7 +33,7 @@ class OffByOne(NumpySession):
 
     @staticmethod
     def dropped(lengths):
-        return np.maximum(lengths - 1, 2).astype(np.uint8)
+        return np.maximum(lengths - 1, 2).astype(np.uint16)
 
 
 class LrOff(NumpySession):

@@ -26,7 +26,7 @@ Z = 25  # the letter z: used only as padding in the hand-made batch below
 
 def encode(names: list[str], pad: int = Z, context: int = 16) -> tuple[np.ndarray, np.ndarray]:
     tokens = np.full((len(names), context + 1), pad, np.uint8)
-    lengths = np.empty(len(names), np.uint8)
+    lengths = np.empty(len(names), np.uint16)
     for i, name in enumerate(names):
         seq = [BOUNDARY, *NAMES.encode(name), BOUNDARY]
         tokens[i, : len(seq)] = seq

@@ -65,13 +65,13 @@ class BackendSession(Protocol):
     def get_state(self) -> TrainState: ...
 
     def train_steps(self, tokens: np.ndarray, lengths: np.ndarray, lrs: np.ndarray) -> np.ndarray:
-        """tokens uint8 [n, B, MAX_SEQ], lengths uint8 [n, B], lrs float32 [n] -> losses float32 [n]."""
+        """tokens uint8 [n, B, MAX_SEQ], lengths uint16 [n, B], lrs float32 [n] -> losses float32 [n]."""
         ...
 
     def loss_and_grads(
         self, tokens: np.ndarray, lengths: np.ndarray, want_grads: bool = True
     ) -> tuple[float, np.ndarray | None]:
-        """tokens uint8 [B, MAX_SEQ], lengths uint8 [B] -> (mean loss, flat gradient or None)."""
+        """tokens uint8 [B, MAX_SEQ], lengths uint16 [B] -> (mean loss, flat gradient or None)."""
         ...
 
     def close(self) -> None: ...

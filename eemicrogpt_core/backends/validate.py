@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from ..base.abi import LENGTH_DTYPE, TOKEN_DTYPE
 from ..base.errors import BatchError
 from ..model.shape import ModelShape
 from .backend import STATE_ARRAYS, BackendSession, ThreadedSession, TrainState
@@ -26,10 +27,10 @@ def _require_array(value: object, name: str, dtype: type, ndim: int) -> np.ndarr
 
 def validate_batch(tokens: object, lengths: object, shape: ModelShape, *, steps: bool,
                    max_batch: int | None = None) -> int:
-    """Check tokens [(n,) B, context + 1] uint8 and lengths [(n,) B] uint8; return the batch size B."""
+    """Check tokens [(n,) B, context + 1] uint8 and lengths [(n,) B] uint16; return the batch size B."""
     lead = 1 if steps else 0
-    tokens = _require_array(tokens, "tokens", np.uint8, lead + 2)
-    lengths = _require_array(lengths, "lengths", np.uint8, lead + 1)
+    tokens = _require_array(tokens, "tokens", TOKEN_DTYPE, lead + 2)
+    lengths = _require_array(lengths, "lengths", LENGTH_DTYPE, lead + 1)
     seq_len = shape.seq_len
     if tokens.shape[-1] != seq_len:
         raise BatchError(f"tokens must have {seq_len} positions per sequence (context {shape.context} + 1), "

@@ -50,6 +50,7 @@ import pytest
 from ..backends.backend import STATE_ARRAYS, TrainState
 from ..backends.registry import BackendEntry, BackendRegistry, load_registry, open_session
 from ..backends.validate import ValidatedSession
+from ..base.abi import LENGTH_DTYPE
 from ..base.errors import BackendSelectionError, BatchError, NonFiniteError
 from ..data.datafile import find_names_file
 from ..model.optim import lr_schedule
@@ -100,14 +101,14 @@ def load_names(path: str | None = None) -> Names:
 def make_batches(
     names: tuple[str, ...], n: int, batch: int, seed: int
 ) -> tuple[np.ndarray, np.ndarray]:
-    """n seeded batches of a-z names: tokens uint8 [n, batch, 17], lengths uint8 [n, batch] (context 16).
+    """n seeded batches of a-z names: tokens uint8 [n, batch, 17], lengths uint16 [n, batch] (context 16).
 
     Padding holds seeded random tokens (any value < vocab is legal there) so that a backend reading
     padding shows up as a mismatch against the reference.
     """
     rng = np.random.default_rng(seed)
     tokens = rng.integers(0, NAMES_VOCAB, size=(n, batch, SEED_SEQ), dtype=np.uint8)
-    lengths = np.empty((n, batch), np.uint8)
+    lengths = np.empty((n, batch), LENGTH_DTYPE)
     for i, j in np.ndindex(n, batch):
         name = names[rng.integers(len(names))]
         seq = [BOUNDARY, *(ord(ch) - ord("a") for ch in name), BOUNDARY][:SEED_SEQ]
@@ -134,7 +135,7 @@ def synthetic_batches(shape: ModelShape, n: int, batch: int, seed: int) -> tuple
     rng = np.random.default_rng(seed)
     seq, b = shape.seq_len, shape.boundary
     tokens = rng.integers(0, shape.vocab, size=(n, batch, seq), dtype=np.uint8)
-    lengths = np.empty((n, batch), np.uint8)
+    lengths = np.empty((n, batch), LENGTH_DTYPE)
     for i, j in np.ndindex(n, batch):
         n_chars = {0: 0, 1: shape.context + 3}.get(j, int(rng.integers(0, shape.context + 3)))
         row = [b, *rng.integers(0, b, size=n_chars).tolist(), b][:seq]
