@@ -92,7 +92,7 @@ void emg_x86_job_participants(struct emg_step_job *job, int batch) {
     job->n = job->pool ? threads : 1;
 }
 
-int emg_x86_pack(struct emg_session *s, int batch, const uint8_t *tokens, const uint8_t *lengths, int chunks) {
+int emg_x86_pack(struct emg_session *s, int batch, const uint8_t *tokens, const uint16_t *lengths, int chunks) {
     int P = 0;
     for (int b = 0; b < batch; b++) P += lengths[b] - 1;
     int b = 0, row = 0, done = 0;

@@ -46,7 +46,7 @@ struct emg_step_job {
     struct emg_session *s;
     struct emg_pool *pool; /* the session's pool, or NULL when the step runs inline on the caller */
     int n;                 /* participants: 1 inline, else the pool's size */
-    const uint8_t *lengths;
+    const uint16_t *lengths;
     float *grads; /* the summed gradient (s->grads when training); NULL: loss only */
     int train;    /* also Adam (with lr, at update s->step + 1) and the transposed copies */
     float lr;
@@ -86,7 +86,7 @@ void emg_x86_job_participants(struct emg_step_job *job, int batch);
 
 /* Pack the batch's live positions into chunks 0..chunks-1 (each from a ROW_PAD-aligned row, with about
  * equal live rows) and return the total number of live rows. */
-int emg_x86_pack(struct emg_session *s, int batch, const uint8_t *tokens, const uint8_t *lengths, int chunks);
+int emg_x86_pack(struct emg_session *s, int batch, const uint8_t *tokens, const uint16_t *lengths, int chunks);
 
 /* The buffer chunk c's gradient is written to (grads itself for chunk 0; NULL when grads is NULL). */
 float *emg_x86_chunk_grads(const struct emg_session *s, int c, float *grads);
