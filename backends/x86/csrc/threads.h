@@ -41,6 +41,13 @@ struct emg_rows {
  * 16 and 64 ran 4-6% slower than one chunk (backends/x86/README.md, "Threads"). */
 #define EMG_X86_MAX_CHUNKS 4
 
+/* Gradient clipping's sum of squares runs over this many parts of the parameters, fixed by the parameter count
+ * alone (emg_x86_share(n_params, part, EMG_X86_NORM_PARTS)): each part summed in index order, the parts' sums
+ * added in part order, so the norm, like everything else, is the same whatever the thread count. Participants
+ * take consecutive parts (at least one each: EMG_X86_MAX_THREADS of them at most). */
+#define EMG_X86_NORM_PARTS 64
+_Static_assert(EMG_X86_MAX_THREADS <= EMG_X86_NORM_PARTS, "every participant sums some part");
+
 /* What every participant of one step reads, and what it leaves behind. */
 struct emg_step_job {
     struct emg_session *s;
@@ -56,6 +63,7 @@ struct emg_step_job {
     int folded[EMG_X86_MAX_CHUNKS];    /* the chunk's weight gradients were folded into grads (step.c emg_segment) */
     int bad[EMG_X86_MAX_THREADS];       /* a participant's share of the summed gradient is not finite */
     int params_bad[EMG_X86_MAX_THREADS]; /* a parameter of its Adam share is not finite after the update */
+    double norm_parts[EMG_X86_NORM_PARTS]; /* clipping: the summed gradient's sum of squares per part */
     int updated;                         /* Adam ran (every participant's share) */
 };
 
@@ -93,9 +101,11 @@ float *emg_x86_chunk_grads(const struct emg_session *s, int c, float *grads);
 
 /* Inside a region, after participant tid's chunks: wait for every chunk; then, unless the loss is not
  * finite, add chunks 1..chunks-1's gradients into job->grads over tid's share of the parameters (always in
- * chunk order; of a folded chunk only its embedding tables) and, when training and every summed gradient is finite (the shared layer's gate), run Adam
- * (update s->core.step + 1) on that share and wait for every share. Returns 1 when the parameters were
- * updated (the transposed copies are then stale). */
+ * chunk order; of a folded chunk only its embedding tables) and, when training and every summed gradient is
+ * finite (the shared layer's gate), run AdamW with s->core.opt (update s->core.step + 1) on that share and wait
+ * for every share. With clipping on, the whole summed gradient's sum of squares (EMG_X86_NORM_PARTS) comes
+ * first, behind one more barrier. Returns 1 when the parameters were updated (the transposed copies are then
+ * stale). */
 int emg_x86_reduce(struct emg_step_job *job, int tid, int n);
 
 /* [lo, hi) of participant tid's share of the parameters (Adam, the gradient sum): whole 16-float blocks. */
