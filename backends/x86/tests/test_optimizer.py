@@ -41,7 +41,13 @@ def _run(lib_path: str, shape: ModelShape, threads: int, steps: int, batch: int,
 @pytest.mark.parametrize(("shape", "batch"), RUNS)
 def test_clipping_gives_bit_identical_runs_on_any_thread_count(lib_path: str, shape: ModelShape, batch: int) -> None:
     """2, 3 and 7 threads split the norm's 64 parts differently (7 threads: 9 or 10 parts each) and must add
-    them in the same order; batch 5 is one chunk (the step runs inline whatever the thread count)."""
+    them in the same order; batch 5 is one chunk (the step runs inline whatever the thread count).
+
+    What this catches: a norm that misses other threads' parts, or reads them before they are written, moves
+    the factor (a build taking only each thread's own parts failed here). What it hardly can: a thread-count
+    dependent order of the double additions moves the norm by ~1e-16 and the float32 factor only when it lies
+    that close to a rounding boundary (a build summing one part per thread passed); that order is fixed by
+    construction (EMG_X86_NORM_PARTS, threads.h)."""
     steps = 4 if batch > 100 else 12
     losses_1, state_1 = _run(lib_path, shape, 1, steps, batch, CLIPPED)
     for threads in (2, 3, 7):
