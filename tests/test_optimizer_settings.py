@@ -33,7 +33,7 @@ from eemicrogpt_core.model.optim import DEFAULT_OPTIMIZER, OptimizerSettings
 from eemicrogpt_core.model.shape import ModelShape, init_params
 from eemicrogpt_core.training import runs
 from eemicrogpt_core.training.checkpoint import load_checkpoint
-from eemicrogpt_core.training.config import KEYS, OPTIMIZER_KEYS, TrainConfig, build_config
+from eemicrogpt_core.training.config import KEYS, OPTIMIZER_KEYS, TrainConfig, build_config, load_config
 from eemicrogpt_core.training.rundir import RunDir
 from eemicrogpt_core.training.trainer import train
 
@@ -281,3 +281,10 @@ def test_default_runs_call_nothing_new_and_equal_explicit_defaults_bit_for_bit(
             session.set_state(state)
             results.append((session.train_steps(tokens, lengths, lrs), session.get_state().params))
     assert np.array_equal(results[0][0], results[1][0]) and np.array_equal(results[0][1], results[1][1])
+
+
+def test_the_shipped_recipe_config_uses_adamw() -> None:
+    cfg = load_config("names_20s")
+    assert cfg.time_budget == 20.0 and cfg.data_format == "lines" and cfg.data is None
+    assert cfg.optimizer() == OptimizerSettings(beta1=0.9, beta2=0.99, eps=1e-8, weight_decay=0.1, grad_clip=1.0)
+    assert cfg.lr_schedule == "cosine" and 0 < cfg.min_lr < cfg.lr
