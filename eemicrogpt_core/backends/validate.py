@@ -10,9 +10,10 @@ from typing import Any, TypeVar
 import numpy as np
 
 from ..base.abi import LENGTH_DTYPE, TOKEN_DTYPE
-from ..base.errors import BatchError
+from ..base.errors import BackendSelectionError, BatchError
+from ..model.optim import OptimizerSettings
 from ..model.shape import ModelShape
-from .backend import STATE_ARRAYS, BackendSession, ThreadedSession, TrainState
+from .backend import STATE_ARRAYS, BackendSession, OptimizerSession, ThreadedSession, TrainState
 
 
 def _require_array(value: object, name: str, dtype: type, ndim: int) -> np.ndarray:
@@ -143,6 +144,25 @@ class ValidatedSession(BackendSession):
         if isinstance(self.inner, ThreadedSession):
             self.threads = int(self.inner.set_threads(n))
         return self.threads
+
+    @property
+    def takes_optimizer(self) -> bool:
+        """Whether the backend's session has set_optimizer (OptimizerSession); without it only the default
+        optimiser runs."""
+        return isinstance(self.inner, OptimizerSession)
+
+    @_one_call_at_a_time
+    def set_optimizer(self, opt: OptimizerSettings) -> None:
+        """AdamW's settings from the next update on, checked first (BatchError names the bad one); a session
+        without set_optimizer takes the default settings (it runs them already) and refuses any others."""
+        problem = opt.problem()
+        if problem is not None:
+            raise BatchError(f"optimiser {problem[0]} {problem[1]}")
+        if isinstance(self.inner, OptimizerSession):
+            self.inner.set_optimizer(opt)
+        elif not opt.is_default:
+            raise BackendSelectionError(f"backend '{self.backend_name}' has no set_optimizer: its sessions run "
+                                        "only the default optimiser")
 
     @_one_call_at_a_time
     def close(self) -> None:
