@@ -15,7 +15,7 @@
 #include "eemicrogpt.h"
 
 typedef int (*create_fn)(const emg_shape *, int, emg_session **);
-typedef int (*train_fn)(emg_session *, int, int, const uint8_t *, const uint8_t *, const float *, float *);
+typedef int (*train_fn)(emg_session *, int, int, const uint8_t *, const uint16_t *, const float *, float *);
 
 static void *need(void *lib, const char *name) {
     void *f = dlsym(lib, name);
@@ -121,11 +121,12 @@ int main(int argc, char **argv) {
      * [C/4, 3C/4] + 1 tokens for context C. At context 16 that is 2..10 letters, like names.txt. */
     const int seq = shape.context + 1, boundary = shape.vocab - 1;
     const int shortest = shape.context / 4 > 2 ? shape.context / 4 : 2, spread = shape.context / 2 + 1;
-    uint8_t *tokens = calloc((size_t)batch * seq, 1), *lengths = calloc((size_t)batch, 1);
+    uint8_t *tokens = calloc((size_t)batch * seq, 1);
+    uint16_t *lengths = calloc((size_t)batch, sizeof *lengths);
     unsigned seed = 12345;
     for (int b = 0; b < batch; b++) {
         const int len = shortest + (b * 5) % spread;
-        lengths[b] = (uint8_t)len;
+        lengths[b] = (uint16_t)len;
         for (int t = 0; t < seq; t++) {
             seed = seed * 1103515245u + 12345u;
             const int symbol = (int)((seed >> 16) % (unsigned)boundary);

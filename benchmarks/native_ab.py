@@ -11,6 +11,8 @@ A library built for ABI version 1 (one layer, the names' 27 tokens, rows of 16 t
 predictions) runs too, so a build from before version 2 can be the baseline: with one among the libraries,
 the cells use the shape both versions share (one layer, vocabulary 27, context 16, whose parameter layout is
 version 1's) and every library gets the same batches cut to 16 tokens per row, the same live positions.
+A library built for ABI version 2 (uint8 lengths, no optimiser settings) runs any shape of its own bounds,
+with the default optimiser, which is what version 3's default step computes.
 
     python benchmarks/native_ab.py base/_emg_avx512.so new/_emg_avx512.so --sizes 16 64 --batches 16 256
     python benchmarks/native_ab.py new/_emg_avx512.so new/_emg_avx512_bf16.so --sizes 64 128 --peak 116.9
@@ -25,7 +27,7 @@ import os
 import statistics
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import cffi
 import numpy as np
@@ -50,6 +52,21 @@ int emg_train_steps(emg_session *s, int n_steps, int batch, const uint8_t *token
                     const float *lrs, float *losses);
 int emg_set_threads(emg_session *s, int n_threads);
 """
+# ABI version 2's: version 3's shape, lengths as uint8.
+V2_CDEF = """
+typedef struct emg_shape {
+    int32_t d_model; int32_t n_heads; int32_t n_layers; int32_t vocab; int32_t context;
+} emg_shape;
+typedef struct emg_session emg_session;
+int emg_abi_version(void);
+int emg_create(const emg_shape *shape, int max_batch, emg_session **out);
+void emg_destroy(emg_session *s);
+int emg_set_state(emg_session *s, const float *params, const float *adam_m, const float *adam_v, int64_t step);
+int emg_train_steps(emg_session *s, int n_steps, int batch, const uint8_t *tokens, const uint8_t *lengths,
+                    const float *lrs, float *losses);
+int emg_set_threads(emg_session *s, int n_threads);
+"""
+OLD_CDEFS = {1: V1_CDEF, 2: V2_CDEF}
 
 
 def abi_version(path: str) -> int:
@@ -58,19 +75,25 @@ def abi_version(path: str) -> int:
     return int(ffi.dlopen(path).emg_abi_version())
 
 
-class V1Session:
-    """A session of an ABI version 1 library: one layer, vocabulary 27, rows of 16 tokens."""
+class OldSession:
+    """A session of an ABI version 1 library (one layer, vocabulary 27, rows of 16 tokens) or version 2 one
+    (uint8 lengths)."""
 
-    _ffi: Any = None
+    _ffis: ClassVar[dict[int, Any]] = {}
 
-    def __init__(self, path: str, shape: ModelShape, max_batch: int) -> None:
-        if V1Session._ffi is None:
-            V1Session._ffi = cffi.FFI()
-            V1Session._ffi.cdef(V1_CDEF)
-        self.ffi = V1Session._ffi
+    def __init__(self, path: str, shape: ModelShape, max_batch: int, version: int) -> None:
+        if version not in OldSession._ffis:
+            OldSession._ffis[version] = cffi.FFI()
+            OldSession._ffis[version].cdef(OLD_CDEFS[version])
+        self.ffi, self.version = OldSession._ffis[version], version
         self.lib = self.ffi.dlopen(path)
         out = self.ffi.new("emg_session **")
-        status = self.lib.emg_create(shape.d_model, shape.n_heads, max_batch, out)
+        if version == 1:
+            status = self.lib.emg_create(shape.d_model, shape.n_heads, max_batch, out)
+        else:
+            fields = ("d_model", "n_heads", "n_layers", "vocab", "context")
+            status = self.lib.emg_create(self.ffi.new("emg_shape *", {f: getattr(shape, f) for f in fields}),
+                                         max_batch, out)
         if status != 0:
             raise RuntimeError(f"{path}: emg_create failed with status {status}")
         self.s = out[0]
@@ -86,7 +109,9 @@ class V1Session:
         assert self.lib.emg_set_threads(self.s, n) == 0
 
     def train_steps(self, tokens: np.ndarray, lengths: np.ndarray, lrs: np.ndarray) -> np.ndarray:
-        tokens = np.ascontiguousarray(tokens[..., :V1_SEQ])
+        if self.version == 1:
+            tokens = np.ascontiguousarray(tokens[..., :V1_SEQ])
+        lengths = lengths.astype(np.uint8)  # within the old bounds: contexts of at most 64
         losses = np.empty(len(lrs), np.float32)
         status = self.lib.emg_train_steps(self.s, len(lrs), tokens.shape[1], self._p("uint8_t *", tokens),
                                           self._p("uint8_t *", lengths), self._p("float *", lrs),
@@ -100,7 +125,8 @@ class V1Session:
 
 
 def open_library(path: str, shape: ModelShape, batch: int) -> Any:
-    return V1Session(path, shape, batch) if abi_version(path) == 1 else NativeSession(path, shape, batch)
+    version = abi_version(path)
+    return OldSession(path, shape, batch, version) if version in OLD_CDEFS else NativeSession(path, shape, batch)
 
 
 def run_cell(libs: list[str], shape: ModelShape, batch: int, data: Dataset, rounds: int, target_s: float,
@@ -116,7 +142,7 @@ def run_cell(libs: list[str], shape: ModelShape, batch: int, data: Dataset, roun
     def sample(k: int) -> tuple[np.ndarray, np.ndarray]:
         tokens, lengths = sampler.sample(k)
         if v1_rows:  # the rows version 1 takes: at most 16 tokens, the same live positions for every library
-            lengths = np.minimum(lengths, V1_SEQ).astype(np.uint8)
+            lengths = np.minimum(lengths, V1_SEQ).astype(lengths.dtype)
         return tokens, lengths
 
     warm_tokens, warm_lengths = sample(4)

@@ -22,11 +22,11 @@ def test_flops_by_hand_for_a_tiny_model() -> None:
     shape = ModelShape(4, 1)  # n_params = 2*27*4 + 16*4 + 12*16 = 472
     # one sequence of length 2: one live position attending to one key
     forward = 1 * (24 * 16 + 54 * 4) + 4 * 4 * 1
-    assert bench.step_flops(shape, np.array([[2]], np.uint8))[0] == 3 * forward + 12 * 472
+    assert bench.step_flops(shape, np.array([[2]], np.uint16))[0] == 3 * forward + 12 * 472
 
 
 def test_flops_match_the_seeds_figures() -> None:
-    lengths = np.array([[7] * 8 + [8] * 8], np.uint8)  # 104 live positions, as the seed's table assumes
+    lengths = np.array([[7] * 8 + [8] * 8], np.uint16)  # 104 live positions, as the seed's table assumes
     assert bench.step_flops(ModelShape(16, 4), lengths)[0] == pytest.approx(2.3e6, rel=0.03)
     assert bench.step_flops(ModelShape(128, 8), lengths)[0] == pytest.approx(127e6, rel=0.03)
 
@@ -34,10 +34,10 @@ def test_flops_match_the_seeds_figures() -> None:
 def test_flops_scale_with_the_batch_and_steps_are_separate() -> None:
     shape = ModelShape(32, 4)
     adam = 12 * shape.n_params
-    one = bench.step_flops(shape, np.array([[5, 9]], np.uint8))[0]
-    two = bench.step_flops(shape, np.array([[5, 9, 5, 9]], np.uint8))[0]
+    one = bench.step_flops(shape, np.array([[5, 9]], np.uint16))[0]
+    two = bench.step_flops(shape, np.array([[5, 9, 5, 9]], np.uint16))[0]
     assert two - adam == 2 * (one - adam)
-    per_step = bench.step_flops(shape, np.array([[5, 9], [2, 2]], np.uint8))
+    per_step = bench.step_flops(shape, np.array([[5, 9], [2, 2]], np.uint16))
     assert per_step.shape == (2,) and per_step[0] == one and per_step[1] < one
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 
 import numpy as np
@@ -11,6 +12,7 @@ from eemicrogpt_backend_numpy.session import NumpySession
 from eemicrogpt_core.backends.backend import BackendSpec, ProbeResult, TrainState
 from eemicrogpt_core.backends.hookspec import hookimpl
 from eemicrogpt_core.kit.conformance import REQUIRE_ENV, BackendConformance, relative_errors
+from eemicrogpt_core.model.optim import DEFAULT_OPTIMIZER, OptimizerSettings
 from eemicrogpt_core.model.shape import ModelShape
 
 
@@ -33,7 +35,7 @@ class OffByOne(NumpySession):
 
     @staticmethod
     def dropped(lengths):
-        return np.maximum(lengths - 1, 2).astype(np.uint8)
+        return np.maximum(lengths - 1, 2).astype(np.uint16)
 
 
 class LrOff(NumpySession):
@@ -129,10 +131,40 @@ class ListLosses(NumpySession):
         return super().train_steps(tokens, lengths, lrs).tolist()
 
 
+class IgnoresClip(NumpySession):
+    """Takes the optimiser's settings but never clips."""
+
+    def set_optimizer(self, opt: OptimizerSettings) -> None:
+        super().set_optimizer(dataclasses.replace(opt, grad_clip=0.0))
+
+
+class IgnoresDecay(NumpySession):
+    """Takes the optimiser's settings but never decays."""
+
+    def set_optimizer(self, opt: OptimizerSettings) -> None:
+        super().set_optimizer(dataclasses.replace(opt, weight_decay=0.0))
+
+
+class IgnoresMoments(NumpySession):
+    """Keeps the default betas and eps whatever it is given."""
+
+    def set_optimizer(self, opt: OptimizerSettings) -> None:
+        super().set_optimizer(dataclasses.replace(opt, beta1=DEFAULT_OPTIMIZER.beta1, beta2=DEFAULT_OPTIMIZER.beta2,
+                                                  eps=DEFAULT_OPTIMIZER.eps))
+
+
+class NoOptimizer(NumpySession):
+    """A session from before the optimiser settings: no set_optimizer (None hides the inherited one from the
+    protocol check, as __hash__ = None does for hashing)."""
+
+    set_optimizer = None  # type: ignore[assignment]
+
+
 MUTANTS = {
     cls.__name__.lower(): cls
     for cls in (GradientOff, OffByOne, LrOff, StepOff, LrShift, Noisy, Leaky, Aliased, SkipsLastUpdate,
-                Float64State, KeepsNonFinite, VagueRefusal, ListLosses)
+                Float64State, KeepsNonFinite, VagueRefusal, ListLosses, IgnoresClip, IgnoresDecay, IgnoresMoments,
+                NoOptimizer)
 }
 
 
@@ -190,6 +222,39 @@ def test_kit_passes_what_each_mutant_does_not_break(mutant: str) -> None:
 def test_new_contract_checks_pass_on_numpy_ref(check: str) -> None:
     # The mutants above fail these; the reference they were derived from passes them.
     getattr(kit("numpy_ref"), check)(16)
+
+
+OPTIMIZER_CHECKS = ["test_optimizer_step_matches_reference", "test_optimizer_training_follows_reference"]
+IGNORES = {"ignoresclip": "clip", "ignoresdecay": "decay", "ignoresmoments": "moments"}
+
+
+@pytest.mark.parametrize("check", OPTIMIZER_CHECKS)
+@pytest.mark.parametrize("mutant", list(IGNORES))
+def test_kit_fails_a_backend_that_ignores_an_optimizer_setting(mutant: str, check: str) -> None:
+    with pytest.raises(AssertionError, match=r"parameters are off|a loss in a window differs"):
+        getattr(kit(mutant), check)(16, IGNORES[mutant])
+    # ... and only the case of the setting it ignores: the others pass.
+    for case in set(IGNORES.values()) - {IGNORES[mutant]}:
+        getattr(kit(mutant), check)(16, case)
+
+
+@pytest.mark.parametrize("check", OPTIMIZER_CHECKS)
+def test_a_session_without_set_optimizer_skips_the_optimizer_checks(monkeypatch: pytest.MonkeyPatch,
+                                                                    check: str) -> None:
+    monkeypatch.delenv(REQUIRE_ENV, raising=False)
+    with pytest.raises(pytest.skip.Exception, match="nooptimizer: its sessions have no set_optimizer"):
+        getattr(kit("nooptimizer"), check)(16, "clip")
+
+
+def test_an_optimizer_case_that_changes_nothing_is_refused() -> None:
+    # A clip far above the gradient's norm never engages: the check says so instead of passing vacuously.
+    idle = kit("numpy_ref", optimizer_cases={"idle": OptimizerSettings(grad_clip=1e6)})
+    for check in OPTIMIZER_CHECKS:
+        with pytest.raises(AssertionError, match="does not engage"):
+            getattr(idle, check)(16, "idle")
+    tiny = kit("numpy_ref", optimizer_cases={"tiny": OptimizerSettings(weight_decay=1e-9)})
+    with pytest.raises(AssertionError, match="the check could not fail"):
+        tiny.test_optimizer_training_follows_reference(16, "tiny")
 
 
 def test_non_finite_refusal_must_say_so() -> None:

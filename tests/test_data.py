@@ -130,7 +130,7 @@ def test_real_names_file(names_file: Path) -> None:
 def test_encode_boundaries_padding_and_truncation() -> None:
     data, truncated = encode(["ab", "z" * 15, "q" * 16, "y" * 20], NAMES, 16)
     assert truncated == 2  # the 16- and 20-letter names
-    assert data.tokens.dtype == np.uint8 and data.lengths.dtype == np.uint8
+    assert data.tokens.dtype == np.uint8 and data.lengths.dtype == np.uint16
     assert data.tokens.shape == (4, 17)
     assert list(data.tokens[0, :4]) == [B, 0, 1, B]
     assert np.all(data.tokens[0, 4:] == PAD)
@@ -202,7 +202,7 @@ def test_sampler_shapes_and_determinism() -> None:
     data = _dataset(50)
     tokens, lengths = BatchSampler(data, 16, seed=3).sample(5)
     assert tokens.shape == (5, 16, DEFAULT_CONTEXT + 1) and tokens.dtype == np.uint8
-    assert lengths.shape == (5, 16) and lengths.dtype == np.uint8
+    assert lengths.shape == (5, 16) and lengths.dtype == np.uint16
     tokens2, lengths2 = BatchSampler(data, 16, seed=3).sample(5)
     assert np.array_equal(tokens, tokens2) and np.array_equal(lengths, lengths2)
     tokens3, _ = BatchSampler(data, 16, seed=4).sample(5)

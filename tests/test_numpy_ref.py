@@ -15,7 +15,7 @@ from eemicrogpt_core.backends.backend import BackendSession, TrainState
 from eemicrogpt_core.backends.registry import load_registry, open_session
 from eemicrogpt_core.base.errors import NonFiniteError
 from eemicrogpt_core.kit.conformance import load_names, make_batches, synthetic_batches
-from eemicrogpt_core.model.optim import adam_update, lr_schedule
+from eemicrogpt_core.model.optim import DEFAULT_OPTIMIZER, OptimizerSettings, adam_update, lr_schedule
 from eemicrogpt_core.model.shape import NAMES_VOCAB, ModelShape, init_params, layer_tensor, views
 from eemicrogpt_core.model.vocab import Vocabulary
 
@@ -26,7 +26,7 @@ Z = 25  # the letter z: used only as padding in the hand-made batch below
 
 def encode(names: list[str], pad: int = Z, context: int = 16) -> tuple[np.ndarray, np.ndarray]:
     tokens = np.full((len(names), context + 1), pad, np.uint8)
-    lengths = np.empty(len(names), np.uint8)
+    lengths = np.empty(len(names), np.uint16)
     for i, name in enumerate(names):
         seq = [BOUNDARY, *NAMES.encode(name), BOUNDARY]
         tokens[i, : len(seq)] = seq
@@ -187,19 +187,68 @@ def test_float32_agrees_with_float64() -> None:
     assert np.sqrt(np.mean((g32 - g64) ** 2)) < 1e-5 * np.sqrt(np.mean(g64**2))
 
 
+# The gradient below has a norm near sqrt(5000) = 71: a clip of 5 engages, one of 1e6 does not.
+OPTIMIZERS = {
+    "default": DEFAULT_OPTIMIZER,
+    "clip": OptimizerSettings(grad_clip=5.0),
+    "clip_idle": OptimizerSettings(grad_clip=1e6),
+    "decay": OptimizerSettings(weight_decay=0.3),
+    "moments": OptimizerSettings(beta1=0.9, beta2=0.95, eps=1e-4),
+    "all": OptimizerSettings(beta1=0.8, beta2=0.9, eps=1e-6, weight_decay=0.1, grad_clip=1.0),
+}
+
+
+@pytest.mark.parametrize("opt", list(OPTIMIZERS))
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_in_place_adam_is_bit_identical_to_the_spec(dtype: type) -> None:
+def test_in_place_adam_is_bit_identical_to_the_spec(dtype: type, opt: str) -> None:
     rng = np.random.default_rng(7)
     n = 5000
     params, grads, m = (rng.standard_normal(n).astype(dtype) for _ in range(3))
     v = rng.random(n).astype(dtype)
     mine = [params.copy(), m.copy(), v.copy()]
     adam = Adam(n, np.dtype(dtype))
+    adam.opt = OPTIMIZERS[opt]
     for step, lr in ((1, np.float32(0.01)), (2, np.float32(0.007)), (40, np.float32(0.003))):
-        adam_update(params, grads, m, v, step, lr)
-        adam.update(mine[0], grads, mine[1], mine[2], step, lr)
+        adam_update(params, grads, m, v, step, lr, OPTIMIZERS[opt])
+        adam.update(mine[0], grads.copy(), mine[1], mine[2], step, lr)  # a copy: clipping scales it in place
     for got, want in zip(mine, (params, m, v), strict=True):
         np.testing.assert_array_equal(got, want)
+
+
+def test_the_default_optimizer_is_the_original_adam() -> None:
+    """The spec's default path is the formula every earlier run used (constants of ABI version 2), to the bit."""
+    rng = np.random.default_rng(3)
+    params, grads, m = (rng.standard_normal(1000).astype(np.float32) for _ in range(3))
+    v = rng.random(1000).astype(np.float32)
+    want = [params.copy(), m.copy(), v.copy()]
+    adam_update(params, grads, m, v, 7, np.float32(0.01))
+    p, m0, v0 = want
+    m0 *= 0.85
+    m0 += (1.0 - 0.85) * grads
+    v0 *= 0.99
+    v0 += (1.0 - 0.99) * grads * grads
+    p -= (np.float32(0.01) * (m0 / (1.0 - 0.85**7)) / (np.sqrt(v0 / (1.0 - 0.99**7)) + 1e-8)).astype(np.float32)
+    for got, old in zip((params, m, v), (p, m0, v0), strict=True):
+        np.testing.assert_array_equal(got, old)
+
+
+def test_set_optimizer_reaches_the_update_and_refuses_bad_values() -> None:
+    shape = ModelShape(16)
+    tokens, lengths = make_batches(load_names().names, 3, 8, seed=5)
+    lrs = lr_schedule(1, 3, 3, 0.01)
+    start = init_params(shape, 1)
+    runs = {}
+    for name in ("default", "all"):
+        s = session(shape, "float32", start)
+        s.set_optimizer(OPTIMIZERS[name])
+        s.train_steps(tokens, lengths, lrs)
+        runs[name] = s.get_state().params
+    plain = session(shape, "float32", start)
+    plain.train_steps(tokens, lengths, lrs)
+    np.testing.assert_array_equal(runs["default"], plain.get_state().params)
+    assert not np.array_equal(runs["all"], runs["default"])
+    with pytest.raises(ValueError, match=r"optimiser beta2 must be in \[0, 1\), got 1.0"):
+        session(shape, "float32", start).set_optimizer(OptimizerSettings(beta2=1.0))
 
 
 def test_many_steps_in_one_call_equal_one_step_per_call() -> None:

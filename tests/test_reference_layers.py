@@ -51,7 +51,7 @@ def batch(shape: LoopShape, rng: np.random.Generator) -> tuple[np.ndarray, np.nd
     """Sequences of lengths context + 1 (the longest), 2 (the shortest) and one between, framed by the
     boundary token vocab - 1, padded with random tokens (which neither implementation may read)."""
     c, v = shape.context, shape.vocab
-    lengths = np.array([c + 1, 2, rng.integers(2, c + 2)], dtype=np.uint8)[:BATCH]
+    lengths = np.array([c + 1, 2, rng.integers(2, c + 2)], dtype=np.uint16)[:BATCH]
     tokens = rng.integers(0, v, size=(BATCH, c + 1)).astype(np.uint8)
     for row, length in zip(tokens, lengths, strict=True):
         row[0] = row[length - 1] = v - 1

@@ -184,7 +184,7 @@ def test_entry_point_that_fails_to_import_is_isolated(tmp_path, monkeypatch):
 
 def _batch(batch=4, shape=SHAPE):
     tokens = np.zeros((batch, shape.seq_len), np.uint8)
-    lengths = np.full(batch, 5, np.uint8)
+    lengths = np.full(batch, 5, np.uint16)
     return tokens, lengths
 
 
@@ -197,7 +197,7 @@ def _batch(batch=4, shape=SHAPE):
         (lambda t, n: (t, np.full_like(n, 1)), "length 1 is outside 2..17"),
         (lambda t, n: (t, np.full_like(n, 18)), "length 18 is outside 2..17"),
         (lambda t, n: (t, n[:2].copy()), "disagree"),
-        (lambda t, n: (np.zeros((9, 17), np.uint8), np.full(9, 3, np.uint8)), "exceeds this session's capacity"),
+        (lambda t, n: (np.zeros((9, 17), np.uint8), np.full(9, 3, np.uint16)), "exceeds this session's capacity"),
         (lambda t, n: (t.tolist(), n), "must be a numpy array"),
     ],
 )

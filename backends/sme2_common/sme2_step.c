@@ -29,7 +29,14 @@
 /* dot_f32's summation order in the RMS norms: four accumulators (d_model is a multiple of 16 here). */
 #define DOT_CHAINS 4
 
-#define MAX_ALLOCS (48 + 16 * EMG_MAX_LAYERS)
+/* The kernels' envelope within the ABI's bounds (supports()): context and depth. Per-layer arrays are sized
+ * by these, not by EMG_MAX_CONTEXT and EMG_MAX_LAYERS, which allow more than the kernels run. */
+#define SME2_MAX_CONTEXT 64
+#define SME2_MAX_LAYERS 8
+_Static_assert(SME2_MAX_CONTEXT <= EMG_MAX_CONTEXT && SME2_MAX_LAYERS <= EMG_MAX_LAYERS, "within the ABI's bounds");
+_Static_assert(SME2_MAX_CONTEXT <= 256, "row_pos holds a position in a uint8_t");
+
+#define MAX_ALLOCS (48 + 16 * SME2_MAX_LAYERS)
 
 /* The attention operands that need an fp16 copy in the fp16 build (see as_op). */
 enum att_op { OP_QK, OP_VALS, OP_PT, OP_ATTT, OP_VT, OP_DATTT, OP_DATT, OP_QKPM, OP_DST, OP_DS, OP_P, OP_N };
@@ -65,8 +72,8 @@ struct emg_session {
     long n_params;
     float *p, *m, *v, *g; /* params, Adam moments, gradient: the ABI layout */
     long o_tok, o_pos, o_lm;
-    struct layer_weights lw[EMG_MAX_LAYERS];
-    struct layer_acts la[EMG_MAX_LAYERS];
+    struct layer_weights lw[SME2_MAX_LAYERS];
+    struct layer_acts la[SME2_MAX_LAYERS];
     op_t *t_lm;       /* (D, V): Wlm transposed */
     const op_t *w_lm; /* (V, D) */
     /* the packed batch */
@@ -395,7 +402,7 @@ static void attention_backward(emg_session *s, int batch, const struct layer_act
 
 /* ---- the step -------------------------------------------------------------------------------- */
 
-static void pack_batch(emg_session *s, int batch, const uint8_t *tokens, const uint8_t *lengths) {
+static void pack_batch(emg_session *s, int batch, const uint8_t *tokens, const uint16_t *lengths) {
     const int seq = emg_seq_len(&s->core.shape);
     int n = 0;
     for (int b = 0; b < batch; b++) {
@@ -604,18 +611,20 @@ static void model_backward(emg_session *s, int batch) {
     encoder_backward(s, s->dres, 1.0f / (float)n);
 }
 
-/* The shared Adam (arm_adam.h) over every parameter. */
+/* The shared AdamW (arm_adam.h) over every parameter, with the session's optimiser (the layer clipped). */
 static void adam(emg_session *s, float lr) {
-    adam_update(s->p, s->g, s->m, s->v, s->n_params, s->core.step, lr, ADAM_G2_SCALE_FIRST);
+    adam_update(s->p, s->g, s->m, s->v, s->n_params, &s->core.opt, s->core.step, lr, ADAM_G2_SCALE_FIRST);
 }
 
 /* ---- the hooks of the shared session layer (emg_backend.h adds the exported ABI) ---------------- */
 
 /* d_model 64..256 in steps of 16 (the Neon dot product takes 16 floats a step; below 64 the SMSTART/SMSTOP
- * overhead outweighs the small tiles, and neon serves those widths). Every head count, vocabulary, context
- * and depth the ABI allows: the GEMMs take any M, N, K (head_dim included) and mask their edges. */
+ * overhead outweighs the small tiles, and neon serves those widths). Every head count and vocabulary the ABI
+ * allows (the GEMMs take any M, N, K, head_dim included, and mask their edges); context and depth up to
+ * SME2_MAX_CONTEXT and SME2_MAX_LAYERS. */
 static int supports(const emg_shape *shape) {
-    return shape->d_model >= 64 && shape->d_model <= 256 && shape->d_model % 16 == 0;
+    return shape->d_model >= 64 && shape->d_model <= 256 && shape->d_model % 16 == 0
+        && shape->context <= SME2_MAX_CONTEXT && shape->n_layers <= SME2_MAX_LAYERS;
 }
 
 static int init(emg_session *s) {
@@ -693,7 +702,7 @@ static int init(emg_session *s) {
 
 static void release(emg_session *s) { session_free(s); }
 
-static float loss_and_grad(emg_session *s, int batch, const uint8_t *tokens, const uint8_t *lengths,
+static float loss_and_grad(emg_session *s, int batch, const uint8_t *tokens, const uint16_t *lengths,
                            int want_grads) {
     pack_batch(s, batch, tokens, lengths);
     const float loss = (float)(model_forward(s, batch) / s->n_rows);

@@ -12,6 +12,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from ..base.abi import MAX_NATIVE_BATCH
+from ..model.optim import OptimizerSettings
 from ..model.shape import ModelShape
 from .precision import FP32
 
@@ -56,8 +57,10 @@ STATE_ARRAYS = ("params", "adam_m", "adam_v")
 class BackendSession(Protocol):
     """A live backend instance for one model shape. Inputs arrive already validated by the core.
 
-    Optional: a session that can split a step across threads also has `set_threads(n) -> int` (ThreadedSession
-    below; a protocol cannot mark one method optional). Sessions without it run on one thread.
+    Optional (a protocol cannot mark one method optional): a session that can split a step across threads also
+    has `set_threads(n) -> int` (ThreadedSession below; without it a session runs on one thread), and one that
+    runs AdamW's settings has `set_optimizer(opt)` (OptimizerSession below; without it a session runs only the
+    default optimiser, and the trainer refuses other settings before a run starts).
     """
 
     def set_state(self, state: TrainState) -> None: ...
@@ -65,13 +68,13 @@ class BackendSession(Protocol):
     def get_state(self) -> TrainState: ...
 
     def train_steps(self, tokens: np.ndarray, lengths: np.ndarray, lrs: np.ndarray) -> np.ndarray:
-        """tokens uint8 [n, B, MAX_SEQ], lengths uint8 [n, B], lrs float32 [n] -> losses float32 [n]."""
+        """tokens uint8 [n, B, MAX_SEQ], lengths uint16 [n, B], lrs float32 [n] -> losses float32 [n]."""
         ...
 
     def loss_and_grads(
         self, tokens: np.ndarray, lengths: np.ndarray, want_grads: bool = True
     ) -> tuple[float, np.ndarray | None]:
-        """tokens uint8 [B, MAX_SEQ], lengths uint8 [B] -> (mean loss, flat gradient or None)."""
+        """tokens uint8 [B, MAX_SEQ], lengths uint16 [B] -> (mean loss, flat gradient or None)."""
         ...
 
     def close(self) -> None: ...
@@ -84,6 +87,17 @@ class ThreadedSession(Protocol):
     def set_threads(self, n: int) -> int:
         """Run each step on n threads; returns the count in use. The same n gives bit-identical results (any n
         does, for a backend that declares BackendSpec.thread_independent)."""
+        ...
+
+
+@runtime_checkable
+class OptimizerSession(Protocol):
+    """The optional part of BackendSession: the optimiser's settings (betas, eps, weight decay, clipping)."""
+
+    def set_optimizer(self, opt: OptimizerSettings) -> None:
+        """Apply `opt` (already checked: opt.problem() is None) to every later train_steps update, in the order
+        of optim.adam_update; the state is not changed. A session starts with optim.DEFAULT_OPTIMIZER, and the
+        trainer calls this only for other settings."""
         ...
 
 

@@ -18,8 +18,17 @@ from typing import Any
 import cffi
 import numpy as np
 
-from ..base.abi import ABI_VERSION, get_include, header_constant, header_text, status_codes
+from ..base.abi import (
+    ABI_VERSION,
+    LENGTH_DTYPE,
+    TOKEN_DTYPE,
+    get_include,
+    header_constant,
+    header_text,
+    status_codes,
+)
 from ..base.errors import NonFiniteError
+from ..model.optim import OptimizerSettings
 from ..model.shape import ModelShape
 from .backend import BackendSession, SessionFactory, TrainState
 
@@ -161,8 +170,8 @@ class NativeSession(BackendSession):
         if tokens.ndim != len(lead) + 2:
             raise ValueError(f"tokens must have {len(lead) + 2} dimensions, got shape {tokens.shape}")
         batch = tokens.shape[-2]
-        _require(tokens, np.uint8, (*lead, batch, self.shape.seq_len), "tokens")
-        _require(lengths, np.uint8, (*lead, batch), "lengths")
+        _require(tokens, TOKEN_DTYPE, (*lead, batch, self.shape.seq_len), "tokens")
+        _require(lengths, LENGTH_DTYPE, (*lead, batch), "lengths")
         if not 1 <= batch <= self.max_batch:
             raise ValueError(f"batch {batch} is outside 1..{self.max_batch} for this session")
         return batch
@@ -173,7 +182,7 @@ class NativeSession(BackendSession):
         _require(lrs, np.float32, (n,), "lrs")
         losses = np.empty(n, np.float32)
         status = self._lib.emg_train_steps(
-            self._live(), n, batch, self._ptr("uint8_t *", tokens), self._ptr("uint8_t *", lengths),
+            self._live(), n, batch, self._ptr("uint8_t *", tokens), self._ptr("uint16_t *", lengths),
             self._ptr("float *", lrs), self._ptr("float *", losses),
         )
         _check("emg_train_steps", status)
@@ -187,11 +196,17 @@ class NativeSession(BackendSession):
         grads = np.empty(self.shape.n_params, np.float32) if want_grads else None
         grads_ptr = self._ptr("float *", grads) if grads is not None else self._ffi.NULL
         status = self._lib.emg_loss_and_grad(
-            self._live(), batch, self._ptr("uint8_t *", tokens), self._ptr("uint8_t *", lengths),
+            self._live(), batch, self._ptr("uint8_t *", tokens), self._ptr("uint16_t *", lengths),
             loss, grads_ptr,
         )
         _check("emg_loss_and_grad", status)
         return float(loss[0]), grads
+
+    def set_optimizer(self, opt: OptimizerSettings) -> None:
+        """Use these AdamW settings for every later step (emg_set_optimizer)."""
+        settings = self._ffi.new("emg_optimizer *", {"beta1": opt.beta1, "beta2": opt.beta2, "eps": opt.eps,
+                                                     "weight_decay": opt.weight_decay, "grad_clip": opt.grad_clip})
+        _check("emg_set_optimizer", self._lib.emg_set_optimizer(self._live(), settings))
 
     def set_threads(self, n: int) -> int:
         """Run each step on n threads where the library exports emg_set_threads; returns the count in use."""

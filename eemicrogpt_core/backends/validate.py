@@ -9,9 +9,11 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from ..base.errors import BatchError
+from ..base.abi import LENGTH_DTYPE, TOKEN_DTYPE
+from ..base.errors import BackendSelectionError, BatchError
+from ..model.optim import OptimizerSettings
 from ..model.shape import ModelShape
-from .backend import STATE_ARRAYS, BackendSession, ThreadedSession, TrainState
+from .backend import STATE_ARRAYS, BackendSession, OptimizerSession, ThreadedSession, TrainState
 
 
 def _require_array(value: object, name: str, dtype: type, ndim: int) -> np.ndarray:
@@ -26,10 +28,10 @@ def _require_array(value: object, name: str, dtype: type, ndim: int) -> np.ndarr
 
 def validate_batch(tokens: object, lengths: object, shape: ModelShape, *, steps: bool,
                    max_batch: int | None = None) -> int:
-    """Check tokens [(n,) B, context + 1] uint8 and lengths [(n,) B] uint8; return the batch size B."""
+    """Check tokens [(n,) B, context + 1] uint8 and lengths [(n,) B] uint16; return the batch size B."""
     lead = 1 if steps else 0
-    tokens = _require_array(tokens, "tokens", np.uint8, lead + 2)
-    lengths = _require_array(lengths, "lengths", np.uint8, lead + 1)
+    tokens = _require_array(tokens, "tokens", TOKEN_DTYPE, lead + 2)
+    lengths = _require_array(lengths, "lengths", LENGTH_DTYPE, lead + 1)
     seq_len = shape.seq_len
     if tokens.shape[-1] != seq_len:
         raise BatchError(f"tokens must have {seq_len} positions per sequence (context {shape.context} + 1), "
@@ -142,6 +144,25 @@ class ValidatedSession(BackendSession):
         if isinstance(self.inner, ThreadedSession):
             self.threads = int(self.inner.set_threads(n))
         return self.threads
+
+    @property
+    def takes_optimizer(self) -> bool:
+        """Whether the backend's session has set_optimizer (OptimizerSession); without it only the default
+        optimiser runs."""
+        return isinstance(self.inner, OptimizerSession)
+
+    @_one_call_at_a_time
+    def set_optimizer(self, opt: OptimizerSettings) -> None:
+        """AdamW's settings from the next update on, checked first (BatchError names the bad one); a session
+        without set_optimizer takes the default settings (it runs them already) and refuses any others."""
+        problem = opt.problem()
+        if problem is not None:
+            raise BatchError(f"optimiser {problem[0]} {problem[1]}")
+        if isinstance(self.inner, OptimizerSession):
+            self.inner.set_optimizer(opt)
+        elif not opt.is_default:
+            raise BackendSelectionError(f"backend '{self.backend_name}' has no set_optimizer: its sessions run "
+                                        "only the default optimiser")
 
     @_one_call_at_a_time
     def close(self) -> None:

@@ -10,6 +10,8 @@ import re
 from importlib import resources
 from pathlib import Path
 
+import numpy as np
+
 
 def get_include() -> str:
     """The directory holding eemicrogpt.h, for building native backends against the ABI."""
@@ -35,6 +37,13 @@ MAX_VOCAB = header_constant("EMG_MAX_VOCAB")
 MAX_CONTEXT = header_constant("EMG_MAX_CONTEXT")
 MAX_LAYERS = header_constant("EMG_MAX_LAYERS")
 MAX_NATIVE_BATCH = header_constant("EMG_MAX_BATCH")  # the largest max_batch a native session accepts
+MAX_D_MODEL = header_constant("EMG_MAX_D_MODEL")
+D_MODEL_STEP = header_constant("EMG_D_MODEL_STEP")  # native libraries run multiples of this width
+
+# The element types of a batch as the ABI takes it: tokens uint8 (a vocabulary has at most 256 symbols),
+# lengths uint16 (a sequence holds up to MAX_CONTEXT + 1 = 257 tokens).
+TOKEN_DTYPE = np.uint8
+LENGTH_DTYPE = np.uint16
 
 
 def status_codes() -> dict[str, int]:

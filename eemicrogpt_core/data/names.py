@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from ..base.abi import LENGTH_DTYPE
 from ..base.errors import DataError
 from ..model.vocab import Vocabulary, _show
 from .names_reader import read_name_lines
@@ -34,7 +35,7 @@ class NameSet:
 
 @dataclass
 class Dataset:
-    """Encoded names: tokens uint8 [N, context + 1] and lengths uint8 [N] (2..context + 1)."""
+    """Encoded names: tokens uint8 [N, context + 1] and lengths uint16 [N] (2..context + 1)."""
 
     tokens: np.ndarray
     lengths: np.ndarray
@@ -118,7 +119,7 @@ def encode(names: list[str], vocab: Vocabulary, context: int) -> tuple[Dataset, 
     """
     seq_len = context + 1
     tokens = np.full((len(names), seq_len), PAD, dtype=np.uint8)
-    lengths = np.empty(len(names), dtype=np.uint8)
+    lengths = np.empty(len(names), dtype=LENGTH_DTYPE)
     truncated = 0
     b = vocab.boundary
     for i, name in enumerate(names):
@@ -172,7 +173,7 @@ class SeededSampler:
         self.rng = np.random.default_rng([seed, stream])
 
     def sample(self, n: int) -> tuple[np.ndarray, np.ndarray]:
-        """n batches: tokens uint8 [n, B, context + 1], lengths uint8 [n, B]."""
+        """n batches: tokens uint8 [n, B, context + 1], lengths uint16 [n, B]."""
         raise NotImplementedError
 
     def get_state(self) -> dict[str, Any]:

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from ..base.abi import MAX_VOCAB
+from ..base.abi import LENGTH_DTYPE, MAX_VOCAB
 from ..base.errors import DataError
 from ..model.vocab import Vocabulary, _show
 from .names import SeededSampler
@@ -196,7 +196,7 @@ def windows_in_batches(tokens: np.ndarray, offsets: np.ndarray, context: int,
     seq_len = context + 1
     padded = np.concatenate([tokens, np.zeros(seq_len, np.uint8)])
     rows = padded[offsets[:, None] + np.arange(seq_len)]
-    lengths = np.minimum(seq_len, tokens.size - offsets).astype(np.uint8)
+    lengths = np.minimum(seq_len, tokens.size - offsets).astype(LENGTH_DTYPE)
     return [(rows[i : i + batch], lengths[i : i + batch]) for i in range(0, len(offsets), batch)]
 
 
@@ -212,10 +212,10 @@ class WindowSampler(SeededSampler):
         self._steps = np.arange(part.context + 1)
 
     def sample(self, n: int) -> tuple[np.ndarray, np.ndarray]:
-        """n batches: tokens uint8 [n, B, context + 1], lengths uint8 [n, B] (every row full)."""
+        """n batches: tokens uint8 [n, B, context + 1], lengths uint16 [n, B] (every row full)."""
         offsets = self.rng.integers(0, self.part.n_windows, size=(n, self.batch))
         tokens = self.part.tokens[offsets[..., None] + self._steps]
-        return tokens, np.full((n, self.batch), self.part.context + 1, dtype=np.uint8)
+        return tokens, np.full((n, self.batch), self.part.context + 1, dtype=LENGTH_DTYPE)
 
     def offsets(self, n: int) -> np.ndarray:
         """The offsets the next `n` batches would use, without drawing them (for tests and tools)."""

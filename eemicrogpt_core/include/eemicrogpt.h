@@ -1,5 +1,6 @@
 /*
- * eemicrogpt native backend ABI, version 2.
+ * eemicrogpt native backend ABI, version 3 (version 2 had uint8 lengths, context <= 64, 8 layers and fixed
+ * Adam constants; version 1 had one fixed shape).
  *
  * A native backend is a plain shared library exporting the functions below. The Python core loads it
  * with cffi (ABI mode, see eemicrogpt_core/backends/native.py), validates every array before the call, and turns
@@ -9,7 +10,8 @@
  * A model's shape is an emg_shape: width D = d_model, H = n_heads, L = n_layers, V = vocab (the data's
  * symbols plus the boundary token, which is the last one, V - 1) and C = context (predictions per sequence;
  * a sequence holds at most C + 1 tokens). The ABI's own bounds are below (EMG_MAX_*); emg_supports says what
- * a library has kernels for.
+ * a library has kernels for (native libraries run widths that are multiples of EMG_D_MODEL_STEP; each
+ * library's supports() and its README say which of them it has kernels for).
  *
  * Parameter buffer (the ABI every backend shares): one contiguous float32 array, tensors in this order,
  * each row-major W[out][in]:
@@ -24,26 +26,38 @@
  * scale 1/sqrt(D/H).
  *
  * Batches: tokens uint8 [batch][C + 1] (BOUNDARY, symbols..., BOUNDARY, then padding of any value < V),
- * lengths uint8 [batch] in [2, C + 1]. Position t of sequence b is live when t <= lengths[b] - 2 and
+ * lengths uint16 [batch] in [2, C + 1]. Position t of sequence b is live when t <= lengths[b] - 2 and
  * predicts tokens[b][t+1]; the loss is the mean cross-entropy over all live positions of the batch.
  * For n steps, tokens is [n][batch][C + 1], lengths [n][batch], lrs [n], losses [n] (loss before update).
  *
- * Step (one call of emg_train_steps does n of these): forward, backward, then Adam:
- *   step += 1; m = b1*m + (1-b1)*g; v = b2*v + (1-b2)*g*g;
+ * Step (one call of emg_train_steps does n of these): forward, backward, then AdamW with the session's
+ * emg_optimizer (b1, b2, eps, wd, clip; set by emg_set_optimizer, EMG_ADAM_* and no decay or clipping until
+ * then) and lr taken from lrs[i]:
+ *   if clip > 0: norm = sqrt(sum of g*g over all n_params gradients, accumulated in double);
+ *                when norm > clip, g *= (float)(clip / norm)             (global-norm clipping, as torch's)
+ *   step += 1;
+ *   if wd > 0:   p *= 1 - lr*wd                                            (decoupled decay, every tensor:
+ *                                                   all of this model's tensors are matrices, as nanoGPT
+ *                                                   decays every 2-D tensor; torch's AdamW does the same)
+ *   m = b1*m + (1-b1)*g; v = b2*v + (1-b2)*g*g;
  *   p -= lr * (m / (1 - b1^step)) / (sqrt(v / (1 - b2^step)) + eps)
- * with b1 = 0.85, b2 = 0.99, eps = 1e-8 and lr taken from lrs[i].
+ * The finiteness gate (EMG_ERR_NONFINITE) judges the gradient before clipping. With the defaults (no clip,
+ * no decay) a step is version 2's to the bit.
  */
 #ifndef EEMICROGPT_H
 #define EEMICROGPT_H
 
 #include <stdint.h>
 
-#define EMG_ABI_VERSION 2
+#define EMG_ABI_VERSION 3
 #define EMG_MIN_VOCAB 2     /* the boundary token and one symbol */
 #define EMG_MAX_VOCAB 256   /* tokens are uint8 */
-#define EMG_MAX_CONTEXT 64  /* predictions per sequence */
-#define EMG_MAX_LAYERS 8
+#define EMG_MAX_CONTEXT 256 /* predictions per sequence (a length, C + 1 <= 257, needs uint16) */
+#define EMG_MAX_LAYERS 12
+#define EMG_MAX_D_MODEL 1024
+#define EMG_D_MODEL_STEP 16 /* native libraries run widths that are multiples of this (or of a larger step) */
 #define EMG_MAX_BATCH 256 /* the largest max_batch emg_create accepts (native.py reads it from here) */
+/* The optimiser a session starts with (emg_set_optimizer changes it). */
 #define EMG_ADAM_BETA1 0.85f
 #define EMG_ADAM_BETA2 0.99f
 #define EMG_ADAM_EPS 1e-8f
@@ -74,6 +88,15 @@ typedef struct emg_shape {
     int32_t context;  /* C: 1..EMG_MAX_CONTEXT */
 } emg_shape;
 
+/* The optimiser's settings for every later step of a session (see "Step" at the top of this file). */
+typedef struct emg_optimizer {
+    float beta1;        /* [0, 1) */
+    float beta2;        /* [0, 1) */
+    float eps;          /* > 0 */
+    float weight_decay; /* >= 0; 0 is none (decoupled, AdamW) */
+    float grad_clip;    /* >= 0; 0 is none (the largest global L2 norm of the gradient) */
+} emg_optimizer;
+
 typedef struct emg_session emg_session;
 
 /* The ABI version this library was built for (EMG_ABI_VERSION). */
@@ -96,11 +119,15 @@ int emg_get_state(const emg_session *s, float *params, float *adam_m, float *ada
  * (which must be finite) is checked before any update. losses[i] is the loss before step i's update, written
  * even when it is not finite; losses of steps that did not run are NaN. */
 int emg_train_steps(emg_session *s, int n_steps, int batch, const uint8_t *tokens,
-                    const uint8_t *lengths, const float *lrs, float *losses);
+                    const uint16_t *lengths, const float *lrs, float *losses);
 
 /* Loss (and, when grads is not NULL, the n_params gradient) of one batch; the state is not changed. */
-int emg_loss_and_grad(emg_session *s, int batch, const uint8_t *tokens, const uint8_t *lengths,
+int emg_loss_and_grad(emg_session *s, int batch, const uint8_t *tokens, const uint16_t *lengths,
                       float *loss, float *grads);
+
+/* Set the optimiser for every later step (the state is not changed). EMG_ERR_ARGUMENT for a NULL pointer or
+ * a value outside the ranges in emg_optimizer (NaN included), with nothing changed. */
+int emg_set_optimizer(emg_session *s, const emg_optimizer *opt);
 
 /* Optional (a library may lack it and the loader calls it only when exported): run each step of this
  * session on n_threads threads. A session starts with 1 (no extra
@@ -111,9 +138,9 @@ int emg_set_threads(emg_session *s, int n_threads);
 /* CDEF-END */
 
 /* The shape rules (model.py's ModelShape checks the same): positive sizes, heads divide d_model,
- * head_dim >= 4, and layers, vocabulary and context within the ABI's bounds. */
+ * head_dim >= 4, and width, layers, vocabulary and context within the ABI's bounds. */
 static inline int emg_shape_valid(const emg_shape *s) {
-    return s != 0 && s->d_model >= 1 && s->n_heads >= 1 && s->d_model % s->n_heads == 0
+    return s != 0 && s->d_model >= 1 && s->d_model <= EMG_MAX_D_MODEL && s->n_heads >= 1 && s->d_model % s->n_heads == 0
         && s->d_model / s->n_heads >= 4 && s->n_layers >= 1 && s->n_layers <= EMG_MAX_LAYERS
         && s->vocab >= EMG_MIN_VOCAB && s->vocab <= EMG_MAX_VOCAB && s->context >= 1
         && s->context <= EMG_MAX_CONTEXT;
@@ -126,7 +153,7 @@ static inline int emg_seq_len(const emg_shape *s) { return s->context + 1; }
  * pointers are set, 1 <= batch <= max_batch, every length is in [2, context + 1] and every token, padding
  * included, is below vocab. Returns EMG_OK or EMG_ERR_ARGUMENT. */
 static inline int emg_check_batch(const emg_shape *s, int batch, int max_batch, const uint8_t *tokens,
-                                  const uint8_t *lengths) {
+                                  const uint16_t *lengths) {
     if (tokens == 0 || lengths == 0 || batch < 1 || batch > max_batch) return EMG_ERR_ARGUMENT;
     const int seq = emg_seq_len(s);
     for (int b = 0; b < batch; b++)
@@ -134,6 +161,15 @@ static inline int emg_check_batch(const emg_shape *s, int batch, int max_batch, 
     for (long i = 0; i < (long)batch * seq; i++)
         if (tokens[i] >= s->vocab) return EMG_ERR_ARGUMENT;
     return EMG_OK;
+}
+
+/* The rules emg_set_optimizer enforces (the Python core checks the same): the ranges in emg_optimizer, every
+ * value below EMG_OPTIMIZER_MAX (so finite; each comparison is false for NaN). */
+#define EMG_OPTIMIZER_MAX 1e30f
+static inline int emg_optimizer_valid(const emg_optimizer *o) {
+    return o != 0 && o->beta1 >= 0.0f && o->beta1 < 1.0f && o->beta2 >= 0.0f && o->beta2 < 1.0f
+        && o->eps > 0.0f && o->eps < EMG_OPTIMIZER_MAX && o->weight_decay >= 0.0f
+        && o->weight_decay < EMG_OPTIMIZER_MAX && o->grad_clip >= 0.0f && o->grad_clip < EMG_OPTIMIZER_MAX;
 }
 
 #ifdef __cplusplus

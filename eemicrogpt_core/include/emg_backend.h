@@ -23,13 +23,18 @@
  *                  losses of steps that did not run are set to NaN.
  *   emg_loss_and_grad  the same batch checks; a non-finite loss (or gradient, when asked for) is
  *                  EMG_ERR_NONFINITE. The training state is not changed.
+ *   emg_set_optimizer  EMG_ERR_ARGUMENT for a NULL pointer or !emg_optimizer_valid, else stored in
+ *                  s->core.opt for every later step (emg_create starts it at emg_default_optimizer()).
  *   emg_set_threads  exported only by a backend that defines EMG_BACKEND_THREADS (eemicrogpt.h calls it an
  *                  optional export; a library without it runs on one thread): EMG_ERR_ARGUMENT for a NULL
  *                  session or n < 1, else the backend's set_threads hook decides.
  *
- * A backend may fuse a whole step into one pass (e.g. one thread-pool region) with the optional train_step
- * hook; the layer then calls it instead of loss_and_grad, adam and params_changed, and still owns the
- * checks, the step count, the losses and the status codes above. The hook judges finiteness itself, by
+ * Without train_step, the layer clips the gradient (emg_clip_gradients, after the finiteness gate) and the
+ * backend's adam hook applies s->core.opt's decay, betas and eps. A backend may fuse a whole step into one
+ * pass (e.g. one thread-pool region) with the optional train_step hook; the layer then calls it instead of
+ * loss_and_grad, adam and params_changed, and still owns the checks, the step count, the losses and the
+ * status codes above; the hook applies all of s->core.opt itself (clipping included: emg_clip_scale turns
+ * its sum of squares into the factor). The hook judges finiteness itself, by
  * emg_all_finite's rule, where it already has the data in cache (the update gate over the summed gradient,
  * Adam's pass over the parameters), and returns its verdict (enum emg_step_verdict): a re-check by the layer
  * read the gradient and the parameters once more per step (1-4% of an x86 step on one Zen 4 core).
@@ -97,12 +102,38 @@ static inline int emg_all_finite(const float *x, long n) {
     return worst < 0x7f800000u; /* the exponent is all ones only for Inf and NaN */
 }
 
+/* The optimiser a session starts with: the header's Adam constants, no decay, no clipping. */
+static inline emg_optimizer emg_default_optimizer(void) {
+    emg_optimizer o = {EMG_ADAM_BETA1, EMG_ADAM_BETA2, EMG_ADAM_EPS, 0.0f, 0.0f};
+    return o;
+}
+
+/* The factor a step multiplies its gradient by, from the gradient's sum of squares (accumulated in double):
+ * clip / norm when clipping is on (clip > 0) and the norm exceeds clip, else exactly 1. */
+static inline float emg_clip_scale(double sum_of_squares, float clip) {
+    const double norm = sqrt(sum_of_squares);
+    return (clip > 0.0f && norm > (double)clip) ? (float)((double)clip / norm) : 1.0f;
+}
+
+/* Scale g[0..n) by emg_clip_scale: the sum of squares in double, in index order (any one order gives the same
+ * factor to float rounding; a backend that sums in another order says so). Returns the factor applied. */
+static inline float emg_clip_gradients(float *g, long n, float clip) {
+    if (!(clip > 0.0f)) return 1.0f;
+    double sum = 0.0;
+    for (long i = 0; i < n; i++) sum += (double)g[i] * g[i];
+    const float scale = emg_clip_scale(sum, clip);
+    if (scale != 1.0f)
+        for (long i = 0; i < n; i++) g[i] *= scale;
+    return scale;
+}
+
 /* ---- what the layer owns inside every session (the backend's struct emg_session starts with it) ---- */
 typedef struct emg_core {
     emg_shape shape; /* valid and supported (checked before init) */
     int max_batch;
     emg_layout layout;
     int64_t step; /* Adam updates applied */
+    emg_optimizer opt; /* valid (emg_optimizer_valid): what every update applies */
     float *params, *adam_m, *adam_v; /* the training state, n_params floats each */
     float *grads;                    /* the kernels' gradient output, n_params floats */
 } emg_core;
@@ -125,17 +156,18 @@ typedef struct emg_backend {
     /* The parameters changed (set_state or an update): rebuild derived copies (transposes, fp16). */
     void (*params_changed)(emg_session *s);
     /* Mean loss of a validated batch; with want_grads, also fills s->core.grads with its gradient. */
-    float (*loss_and_grad)(emg_session *s, int batch, const uint8_t *tokens, const uint8_t *lengths,
+    float (*loss_and_grad)(emg_session *s, int batch, const uint8_t *tokens, const uint16_t *lengths,
                            int want_grads);
-    /* One Adam update from s->core.grads with the header's constants; s->core.step is already counted.
-     * Called only when train_step is NULL: a backend that supplies train_step leaves it NULL. */
+    /* One AdamW update from s->core.grads (already clipped) with s->core.opt's decay, betas and eps (the
+     * header's "Step"); s->core.step is already counted. Called only when train_step is NULL: a backend that
+     * supplies train_step leaves it NULL. */
     void (*adam)(emg_session *s, float lr);
     /* Optional (NULL: the layer runs loss_and_grad, adam, params_changed). One whole step on a validated
      * batch: the loss (into *loss) and its gradient in s->core.grads; then, only when the loss and every
      * gradient are finite (emg_all_finite's rule), the Adam update numbered s->core.step + 1 (the layer
      * counts it) and params_changed's work. Returns the verdict (enum emg_step_verdict; the parameters are
      * judged by emg_all_finite's rule too). */
-    int (*train_step)(emg_session *s, int batch, const uint8_t *tokens, const uint8_t *lengths, float lr,
+    int (*train_step)(emg_session *s, int batch, const uint8_t *tokens, const uint16_t *lengths, float lr,
                       float *loss);
     /* Optional, read only with EMG_BACKEND_THREADS: run each step on n >= 1 threads; same n => bit-identical
      * results. Returns EMG_OK, EMG_ERR_UNSUPPORTED (too many) or EMG_ERR_NOMEM (then one thread). */
@@ -192,6 +224,7 @@ EMG_API int emg_create(const emg_shape *shape, int max_batch, emg_session **out)
     c->shape = *shape;
     c->max_batch = max_batch;
     c->layout = emg_layout_of(shape);
+    c->opt = emg_default_optimizer();
     c->params = emg_alloc_state_(c->layout.n_params);
     c->adam_m = emg_alloc_state_(c->layout.n_params);
     c->adam_v = emg_alloc_state_(c->layout.n_params);
@@ -235,8 +268,14 @@ EMG_API int emg_get_state(const emg_session *s, float *params, float *adam_m, fl
     return EMG_OK;
 }
 
+EMG_API int emg_set_optimizer(emg_session *s, const emg_optimizer *opt) {
+    if (s == NULL || !emg_optimizer_valid(opt)) return EMG_ERR_ARGUMENT;
+    s->core.opt = *opt;
+    return EMG_OK;
+}
+
 EMG_API int emg_train_steps(emg_session *s, int n_steps, int batch, const uint8_t *tokens,
-                            const uint8_t *lengths, const float *lrs, float *losses) {
+                            const uint16_t *lengths, const float *lrs, float *losses) {
     if (s == NULL || n_steps < 1 || tokens == NULL || lengths == NULL || lrs == NULL || losses == NULL)
         return EMG_ERR_ARGUMENT;
     /* Offsets in size_t: n_steps * batch * (context + 1) can pass INT_MAX. */
@@ -250,7 +289,8 @@ EMG_API int emg_train_steps(emg_session *s, int n_steps, int batch, const uint8_
     }
     const long n = s->core.layout.n_params;
     for (int i = 0; i < n_steps; i++) {
-        const uint8_t *step_tokens = tokens + i * tok_stride, *step_lengths = lengths + i * len_stride;
+        const uint8_t *step_tokens = tokens + i * tok_stride;
+        const uint16_t *step_lengths = lengths + i * len_stride;
         float loss;
         int verdict;
         if (emg_this_backend.train_step) {
@@ -260,6 +300,7 @@ EMG_API int emg_train_steps(emg_session *s, int n_steps, int batch, const uint8_
             loss = emg_this_backend.loss_and_grad(s, batch, step_tokens, step_lengths, 1);
             verdict = EMG_STEP_SKIPPED; /* the state stays as after the last finite step */
             if (isfinite(loss) && emg_all_finite(s->core.grads, n)) {
+                emg_clip_gradients(s->core.grads, n, s->core.opt.grad_clip);
                 s->core.step += 1;
                 emg_this_backend.adam(s, lrs[i]);
                 emg_this_backend.params_changed(s);
@@ -275,7 +316,7 @@ EMG_API int emg_train_steps(emg_session *s, int n_steps, int batch, const uint8_
     return EMG_OK;
 }
 
-EMG_API int emg_loss_and_grad(emg_session *s, int batch, const uint8_t *tokens, const uint8_t *lengths,
+EMG_API int emg_loss_and_grad(emg_session *s, int batch, const uint8_t *tokens, const uint16_t *lengths,
                               float *loss, float *grads) {
     if (s == NULL || loss == NULL
         || emg_check_batch(&s->core.shape, batch, s->core.max_batch, tokens, lengths) != EMG_OK)

@@ -20,6 +20,11 @@ class TrainKeys(TypedDict, total=False):
     lr_schedule: Literal["linear", "cosine"]
     warmup_steps: int
     min_lr: float
+    weight_decay: float
+    adam_beta1: float
+    adam_beta2: float
+    adam_eps: float
+    grad_clip: float
     seed: int
     data_format: Literal["lines", "text"]
     drop_invalid: bool

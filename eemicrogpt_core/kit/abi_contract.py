@@ -8,14 +8,17 @@ A native backend's tests subclass it with two lines:
 
 The checks call the library through the core's own loader (native.load_library, cffi ABI mode) on the
 smallest shape it supports, and assert the status codes and the state afterwards (bit for bit) for bad
-arguments and batches, non-finite learning rates, losses and updates, and the step/loss bookkeeping of
-emg_train_steps. The rules themselves live in include/emg_backend.h; a backend built on it passes by
-construction, and one that is not must match it. Unavailable backends are skipped (or fail when
-EEMICROGPT_REQUIRE_BACKENDS names them), as in the conformance kit.
+arguments and batches (the ABI's bounds included: lengths are uint16), optimiser settings out of range,
+non-finite learning rates, losses and updates, the step/loss bookkeeping of emg_train_steps, and one AdamW
+step with non-default settings against the reference (optim.adam_update). The rules themselves live in
+include/emg_backend.h; a backend built on it passes by construction, and one that is not must match it.
+Unavailable backends are skipped (or fail when EEMICROGPT_REQUIRE_BACKENDS names them), as in the conformance
+kit.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -24,7 +27,17 @@ import numpy as np
 import pytest
 
 from ..backends.native import ABI_VERSION, STATUS, _ffi, load_library
-from ..base.abi import MAX_CONTEXT, MAX_LAYERS, MAX_NATIVE_BATCH, MAX_VOCAB, MIN_VOCAB
+from ..base.abi import (
+    D_MODEL_STEP,
+    LENGTH_DTYPE,
+    MAX_CONTEXT,
+    MAX_D_MODEL,
+    MAX_LAYERS,
+    MAX_NATIVE_BATCH,
+    MAX_VOCAB,
+    MIN_VOCAB,
+)
+from ..model.optim import DEFAULT_OPTIMIZER, OptimizerSettings, adam_update
 from ..model.shape import NAMES_VOCAB, ModelShape, init_params, views
 from .conformance import _entry, _unusable
 
@@ -33,16 +46,34 @@ OK, ARGUMENT, UNSUPPORTED, NOMEM, NONFINITE = (STATUS[name] for name in (
 # Shapes tried in order (one layer, the names' vocabulary, context 16); the first one the library supports
 # is the one under test.
 CANDIDATE_SHAPES = ((16, 4), (32, 4), (64, 4), (64, 8), (128, 4), (128, 8))
-# (d_model, n_heads, n_layers, vocab, context) that ModelShape refuses, each breaking one rule.
+# (d_model, n_heads, n_layers, vocab, context) that ModelShape refuses, each breaking one rule (the ABI's
+# bounds: one width step past the widest, one layer more, a context of 257, whose length 258 needs uint16).
 INVALID_SHAPES = ((16, 3, 1, 27, 16), (16, 8, 1, 27, 16), (0, 4, 1, 27, 16), (-16, 4, 1, 27, 16), (16, 0, 1, 27, 16),
                   (16, -4, 1, 27, 16), (64, 4, 0, 27, 16), (64, 4, MAX_LAYERS + 1, 27, 16),
-                  (64, 4, 1, MIN_VOCAB - 1, 16), (64, 4, 1, MAX_VOCAB + 1, 16), (64, 4, 1, 27, 0),
-                  (64, 4, 1, 27, MAX_CONTEXT + 1))
+                  (MAX_D_MODEL + D_MODEL_STEP, 4, 1, 27, 16), (64, 4, 1, MIN_VOCAB - 1, 16),
+                  (64, 4, 1, MAX_VOCAB + 1, 16), (64, 4, 1, 27, 0), (64, 4, 1, 27, MAX_CONTEXT + 1))
+# Settings emg_set_optimizer must refuse, each breaking one range of emg_optimizer (NaN in every field; 1 - 1e-9
+# is below 1 in double but 1.0 as the float32 the library receives).
+_NAN, _INF = float("nan"), float("inf")
+BAD_OPTIMIZERS = tuple(OptimizerSettings(**{field: value}) for field, value in (  # type: ignore[arg-type]
+    ("beta1", _NAN), ("beta1", 1.0), ("beta1", 1.0 - 1e-9), ("beta1", -0.1), ("beta2", _NAN), ("beta2", 1.0),
+    ("beta2", -1e-3), ("eps", _NAN), ("eps", 0.0), ("eps", -1e-8), ("eps", _INF), ("weight_decay", _NAN),
+    ("weight_decay", -0.1), ("weight_decay", _INF), ("grad_clip", _NAN), ("grad_clip", -1.0), ("grad_clip", _INF),
+    ("grad_clip", 1e31)))
+# Non-default settings, each turning on one part of the step (grad_clip: a multiple of the gradient's norm).
+OPTIMIZER_CASES = {
+    "clip_engaged": {"grad_clip": 0.5},
+    "clip_idle": {"grad_clip": 2.0},
+    "weight_decay": {"weight_decay": 0.1},
+    "betas_eps": {"beta1": 0.9, "beta2": 0.95, "eps": 1e-6},
+    "all": {"beta1": 0.8, "beta2": 0.999, "eps": 1e-7, "weight_decay": 0.5, "grad_clip": 0.25},
+}
 # A second shape, to show the batch rule follows the session's vocabulary and context (tried at each width).
 OTHER_SHAPE = {"n_layers": 2, "vocab": 40, "context": 24}
 # The non-finite rules run on batches this large: a threaded session then really splits the step (the x86
 # backend gives a chunk at least 4 sequences; a smaller batch runs inline and would test nothing threaded).
 SESSION_BATCH = 16
+STEP_LR = 1e-2  # the optimiser checks' learning rate
 
 
 @dataclass
@@ -69,6 +100,16 @@ def shape_of(shape: ModelShape) -> Any:
     return raw_shape(shape.d_model, shape.n_heads, shape.n_layers, shape.vocab, shape.context)
 
 
+def optimizer_of(opt: OptimizerSettings) -> Any:
+    """An emg_optimizer with any values (the fields are OptimizerSettings', named as in C)."""
+    return _ffi().new("emg_optimizer *", dataclasses.asdict(opt))
+
+
+def as_float32(opt: OptimizerSettings) -> OptimizerSettings:
+    """The settings as the library holds them (each rounded to float32)."""
+    return OptimizerSettings(**{k: float(np.float32(v)) for k, v in dataclasses.asdict(opt).items()})
+
+
 class Raw:
     """One emg_session opened directly through cffi (no Python-side checks in the way)."""
 
@@ -90,6 +131,16 @@ class Raw:
     def u8(self, a: np.ndarray | None) -> Any:
         return self.ffi.NULL if a is None else self.ffi.cast("uint8_t *", self.ffi.from_buffer(a))  # type: ignore[call-overload]
 
+    def u16(self, a: np.ndarray | None) -> Any:
+        assert a is None or a.dtype == LENGTH_DTYPE
+        return self.ffi.NULL if a is None else self.ffi.cast("uint16_t *", self.ffi.from_buffer(a))  # type: ignore[call-overload]
+
+    def set_optimizer(self, opt: OptimizerSettings | None) -> int:
+        """emg_set_optimizer with any values (None: a NULL pointer)."""
+        if opt is None:
+            return self.lib.emg_set_optimizer(self.s, self.ffi.NULL)
+        return self.lib.emg_set_optimizer(self.s, optimizer_of(opt))
+
     def set(self, st: State) -> int:
         return self.lib.emg_set_state(self.s, self.f32(st.params), self.f32(st.m), self.f32(st.v), st.step)
 
@@ -105,7 +156,7 @@ class Raw:
               losses: np.ndarray | None, n: int | None = None, batch: int | None = None) -> int:
         n = n if n is not None else (len(lrs) if lrs is not None else 1)
         batch = batch if batch is not None else (tokens.shape[1] if tokens is not None else 2)
-        return self.lib.emg_train_steps(self.s, n, batch, self.u8(tokens), self.u8(lengths), self.f32(lrs),
+        return self.lib.emg_train_steps(self.s, n, batch, self.u8(tokens), self.u16(lengths), self.f32(lrs),
                                         self.f32(losses))
 
     def loss(self, tokens: np.ndarray | None, lengths: np.ndarray | None, grads: bool = True,
@@ -113,7 +164,7 @@ class Raw:
         batch = batch if batch is not None else (tokens.shape[0] if tokens is not None else 2)
         loss = self.ffi.new("float *")
         g = np.empty(self.shape.n_params, np.float32) if grads else None
-        status = self.lib.emg_loss_and_grad(self.s, batch, self.u8(tokens), self.u8(lengths), loss, self.f32(g))
+        status = self.lib.emg_loss_and_grad(self.s, batch, self.u8(tokens), self.u16(lengths), loss, self.f32(g))
         return status, float(loss[0]), g
 
 
@@ -126,7 +177,7 @@ def batches(n: int, batch: int, seed: int, avoid: int | None = None,
     seq, boundary = shape.seq_len, shape.boundary
     letters = np.array([t for t in range(boundary) if t != avoid], np.uint8)
     tokens = np.zeros((n, batch, seq), np.uint8)
-    lengths = rng.integers(3, seq + 1, size=(n, batch)).astype(np.uint8)
+    lengths = rng.integers(3, seq + 1, size=(n, batch)).astype(LENGTH_DTYPE)
     for i in range(n):
         for b in range(batch):
             length = int(lengths[i, b])
@@ -157,6 +208,8 @@ def _break(case: str, tokens: np.ndarray, lengths: np.ndarray,
         lengths[1] = 1
     elif case == "length_over_context":
         lengths[1] = seq + 1
+    elif case == "length_wraps_uint8":  # read as 16 bits: 256 + a valid length, which a uint8 would wrap to
+        lengths[1] = 256 + int(lengths[1])
     elif case == "token_vocab_live":
         tokens[1, 1] = shape.vocab
     elif case == "token_vocab_padding":
@@ -169,8 +222,8 @@ def _break(case: str, tokens: np.ndarray, lengths: np.ndarray,
     return tokens, lengths, batch
 
 
-BAD_BATCHES = ("batch_0", "batch_over_max", "length_1", "length_over_context", "token_vocab_live",
-               "token_vocab_padding", "null_tokens", "null_lengths")
+BAD_BATCHES = ("batch_0", "batch_over_max", "length_1", "length_over_context", "length_wraps_uint8",
+               "token_vocab_live", "token_vocab_padding", "null_tokens", "null_lengths")
 
 
 class NativeAbiContract:
@@ -307,9 +360,9 @@ class NativeAbiContract:
         assert raw.train(tokens, lengths, None, losses) == ARGUMENT
         assert raw.train(tokens, lengths, lrs, None, n=1) == ARGUMENT
         ffi = raw.ffi
-        assert raw.lib.emg_train_steps(ffi.NULL, 1, 2, raw.u8(tokens), raw.u8(lengths), raw.f32(lrs),
+        assert raw.lib.emg_train_steps(ffi.NULL, 1, 2, raw.u8(tokens), raw.u16(lengths), raw.f32(lrs),
                                        raw.f32(losses)) == ARGUMENT
-        assert raw.lib.emg_loss_and_grad(raw.s, 2, raw.u8(tokens), raw.u8(lengths), ffi.NULL, ffi.NULL) == ARGUMENT
+        assert raw.lib.emg_loss_and_grad(raw.s, 2, raw.u8(tokens), raw.u16(lengths), ffi.NULL, ffi.NULL) == ARGUMENT
         assert raw.get().equal(st)
 
     # ---- the step contract -------------------------------------------------------------------------------
@@ -409,3 +462,87 @@ class NativeAbiContract:
         assert after.step == st.step + 1 and not np.isfinite(after.params).all()
         if where != "all":
             assert np.count_nonzero(~np.isfinite(after.params)) == 1
+
+    # ---- the optimiser ---------------------------------------------------------------------------------------
+    def test_set_optimizer_refuses_bad_values_and_changes_nothing(self, lib: Any, shape: ModelShape) -> None:
+        """Every refused setting leaves the one set before in force: the step afterwards is the step that setting
+        alone gives, bit for bit (and a different one from the default's, so a refused value applied would show)."""
+        good = OptimizerSettings(beta1=0.9, beta2=0.95, eps=1e-6, weight_decay=0.1, grad_clip=1e-3)
+        st = fresh(shape, step=3)
+        tokens, lengths = batches(1, SESSION_BATCH, seed=14)
+        lrs = np.full(1, 1e-2, np.float32)
+        runs: dict[str, State] = {}
+        for name in ("default", "good", "probe"):
+            raw = self.open(lib, shape)
+            try:
+                raw.set(st)
+                if name != "default":
+                    assert raw.set_optimizer(good) == OK
+                if name == "probe":
+                    for bad in BAD_OPTIMIZERS:
+                        assert raw.set_optimizer(bad) == ARGUMENT, bad
+                    assert raw.set_optimizer(None) == ARGUMENT
+                    assert lib.emg_set_optimizer(raw.ffi.NULL, optimizer_of(good)) == ARGUMENT
+                    assert raw.get().equal(st)  # setting the optimiser never touches the state
+                assert raw.train(tokens, lengths, lrs, np.zeros(1, np.float32)) == OK
+                runs[name] = raw.get()
+            finally:
+                raw.close()
+        assert runs["probe"].equal(runs["good"])
+        assert not np.array_equal(runs["good"].params, runs["default"].params)
+
+    def _one_step(self, lib: Any, shape: ModelShape, settings: dict[str, float] | None,
+                  ) -> tuple[State, State, np.ndarray, OptimizerSettings | None]:
+        """(state before, state after, gradient, settings as applied) of one step on a fixed batch; with
+        settings None the session keeps the optimiser it starts with. grad_clip is taken relative to the norm
+        of the gradient loss_and_grad gives on that batch and state."""
+        st = fresh(shape, step=3)
+        tokens, lengths = batches(1, SESSION_BATCH, seed=15)
+        raw = self.open(lib, shape)
+        try:
+            raw.set(st)
+            status, _, grads = raw.loss(tokens[0], lengths[0])
+            assert status == OK and grads is not None
+            opt = None
+            if settings is not None:
+                settings = dict(settings)
+                if "grad_clip" in settings:
+                    settings["grad_clip"] *= float(np.linalg.norm(grads.astype(np.float64)))
+                opt = as_float32(OptimizerSettings(**settings))
+                assert raw.set_optimizer(opt) == OK
+            assert raw.train(tokens, lengths, np.full(1, STEP_LR, np.float32), np.zeros(1, np.float32)) == OK
+            return st, raw.get(), grads, opt
+        finally:
+            raw.close()
+
+    def test_default_settings_and_idle_clipping_change_no_bit(self, lib: Any, shape: ModelShape) -> None:
+        """The defaults set explicitly, and clipping above the gradient's norm, train what a session that never
+        called emg_set_optimizer trains (the header: a factor of exactly 1)."""
+        _, want, _, _ = self._one_step(lib, shape, None)
+        for settings in (dataclasses.asdict(DEFAULT_OPTIMIZER), {"grad_clip": 1.01}, {"grad_clip": 1e3}):
+            assert self._one_step(lib, shape, settings)[1].equal(want), settings
+
+    @pytest.mark.parametrize("case", sorted(OPTIMIZER_CASES))
+    def test_optimizer_step_matches_the_reference(self, lib: Any, shape: ModelShape, case: str) -> None:
+        """One AdamW step from a state with history against optim.adam_update in float64 on the library's own
+        gradient (loss_and_grad on the same batch and state) and its float32 settings.
+
+        Bound per element: 2^-22 |p| (the float32 parameter rounded once or twice: 2 ulps) plus 1e-5 times the
+        step's scale lr (b1 |m| + (1 - b1) |g|) / bc1 / (sqrt(v_hat) + eps) (the moment's terms before any
+        cancellation between them, with the unclipped g: ~170 float32 roundings of it, for the dozen operations
+        of the update, the clipping factor and the reciprocal bias corrections some libraries use). Measured on
+        the x86 libraries (1-3 threads) and example_c: at most 0.45 of the bound, nearly all of it the parameter's
+        own rounding (half an ulp; about one with decay, whose factor is a float32 too); beyond half an ulp, at
+        most 2e-7 of the step's scale without decay and 2e-4 with it."""
+        st, after, grads, opt = self._one_step(lib, shape, OPTIMIZER_CASES[case])
+        assert opt is not None and after.step == st.step + 1
+        p, m, v = (a.astype(np.float64) for a in (st.params, st.m, st.v))
+        g = grads.astype(np.float64)
+        lr = float(np.float32(STEP_LR))
+        adam_update(p, g, m, v, st.step + 1, lr, opt)
+        bc1, bc2 = 1.0 - opt.beta1 ** (st.step + 1), 1.0 - opt.beta2 ** (st.step + 1)
+        moment = opt.beta1 * np.abs(st.m) + (1.0 - opt.beta1) * np.abs(g)
+        step_scale = lr * moment / bc1 / (np.sqrt(v / bc2) + opt.eps)
+        err = np.abs(after.params.astype(np.float64) - p)
+        bound = 2.0**-22 * np.abs(p) + 1e-5 * step_scale
+        assert (err <= bound).all(), f"worst element at {float(np.max(err / bound)):.3g} of its bound"

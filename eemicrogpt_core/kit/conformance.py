@@ -17,7 +17,11 @@ The checks, per d_model in `d_models` (n_heads from `heads_for`; one layer, the 
   from a state with Adam history (params, m, v, step); a `trajectory_steps` training run vs numpy_ref
   float64, checked in short windows restarted from the reference's own states plus a statistic of the
   whole run (see test_loss_trajectory_matches_reference); set_state/get_state round trip (exact, copies);
-  determinism (bit-identical reruns); loss_and_grads leaves the state alone.
+  determinism (bit-identical reruns); loss_and_grads leaves the state alone. Per case of `optimizer_cases`
+  (a clip that engages, a large weight decay, other betas and eps; DEFAULT_OPTIMIZER_CASES): one update and the
+  trajectory's windows and quarter means against spec_training (float64 reference gradients and
+  optim.adam_update with those settings), each case shown to move the spec well beyond the bound first; skipped
+  for a backend whose sessions have no set_optimizer.
 Per shape of `shape_matrix` (other vocabularies, contexts, depths and widths, on synthetic names of that
 vocabulary whose lengths reach past the context): loss and gradients vs numpy_ref float64, a short training
 window vs float64, and bit-identical reruns.
@@ -50,9 +54,11 @@ import pytest
 from ..backends.backend import STATE_ARRAYS, TrainState
 from ..backends.registry import BackendEntry, BackendRegistry, load_registry, open_session
 from ..backends.validate import ValidatedSession
+from ..base.abi import LENGTH_DTYPE
 from ..base.errors import BackendSelectionError, BatchError, NonFiniteError
 from ..data.datafile import find_names_file
-from ..model.optim import lr_schedule
+from ..model.optim import DEFAULT_OPTIMIZER, OptimizerSettings, adam_update, lr_schedule
+from ..model.reference import StepModel, prepare_batch
 from ..model.shape import DEFAULT_CONTEXT, NAMES_VOCAB, ModelShape, init_params, views
 
 REFERENCE = "numpy_ref"
@@ -100,14 +106,14 @@ def load_names(path: str | None = None) -> Names:
 def make_batches(
     names: tuple[str, ...], n: int, batch: int, seed: int
 ) -> tuple[np.ndarray, np.ndarray]:
-    """n seeded batches of a-z names: tokens uint8 [n, batch, 17], lengths uint8 [n, batch] (context 16).
+    """n seeded batches of a-z names: tokens uint8 [n, batch, 17], lengths uint16 [n, batch] (context 16).
 
     Padding holds seeded random tokens (any value < vocab is legal there) so that a backend reading
     padding shows up as a mismatch against the reference.
     """
     rng = np.random.default_rng(seed)
     tokens = rng.integers(0, NAMES_VOCAB, size=(n, batch, SEED_SEQ), dtype=np.uint8)
-    lengths = np.empty((n, batch), np.uint8)
+    lengths = np.empty((n, batch), LENGTH_DTYPE)
     for i, j in np.ndindex(n, batch):
         name = names[rng.integers(len(names))]
         seq = [BOUNDARY, *(ord(ch) - ord("a") for ch in name), BOUNDARY][:SEED_SEQ]
@@ -134,7 +140,7 @@ def synthetic_batches(shape: ModelShape, n: int, batch: int, seed: int) -> tuple
     rng = np.random.default_rng(seed)
     seq, b = shape.seq_len, shape.boundary
     tokens = rng.integers(0, shape.vocab, size=(n, batch, seq), dtype=np.uint8)
-    lengths = np.empty((n, batch), np.uint8)
+    lengths = np.empty((n, batch), LENGTH_DTYPE)
     for i, j in np.ndindex(n, batch):
         n_chars = {0: 0, 1: shape.context + 3}.get(j, int(rng.integers(0, shape.context + 3)))
         row = [b, *rng.integers(0, b, size=n_chars).tolist(), b][:seq]
@@ -200,6 +206,48 @@ DEFAULT_SHAPE_MATRIX: tuple[tuple[int, int, int, int, int], ...] = (
 def matrix_id(dims: tuple[int, int, int, int, int]) -> str:
     d, h, layers, vocab, context = dims
     return f"d{d}h{h}L{layers}V{vocab}C{context}"
+
+
+# The optimiser settings the kit trains with besides the defaults (each case sets one aspect, the rest at their
+# defaults). Measured on the kit's runs (float64, 200 steps from init at trajectory_lrs): the gradient's global
+# L2 norm stays within 0.60-1.35 at d16 and 2.2-5.8 at d128, so a clip of 0.1 engages at every step (the check
+# asserts it); a decay of 2 shrinks the parameters by about a tenth per 0.05 of summed lr (every tensor is
+# decayed); betas 0.9/0.95 and an eps of 1e-4 (near the gradient's per-element size) change the moments and the
+# denominator.
+DEFAULT_OPTIMIZER_CASES: dict[str, OptimizerSettings] = {
+    "clip": OptimizerSettings(grad_clip=0.1),
+    "decay": OptimizerSettings(weight_decay=2.0),
+    "moments": OptimizerSettings(beta1=0.9, beta2=0.95, eps=1e-4),
+}
+# Each case must move the reference itself by this many times the bound it is judged with (the same steps with the
+# default optimiser, from the same state), so a backend that ignored the setting would fail the check.
+OPTIMIZER_POWER = 2.0
+
+
+def spec_training(shape: ModelShape, state: TrainState, tokens: np.ndarray, lengths: np.ndarray, lrs: np.ndarray,
+                  opt: OptimizerSettings) -> tuple[np.ndarray, TrainState, np.ndarray]:
+    """The specification of training with `opt` in float64, no backend involved: model/reference.py's gradients
+    and optim.adam_update, one step per lr. Returns the losses, the end state and each step's gradient norm
+    (before clipping)."""
+    params, m, v = (np.array(a, np.float64) for a in (state.params, state.adam_m, state.adam_v))
+    model = StepModel(shape, params)
+    losses, norms = np.empty(len(lrs)), np.empty(len(lrs))
+    for i, lr in enumerate(lrs):
+        losses[i] = model.loss_and_grads(prepare_batch(tokens[i], lengths[i]))
+        norms[i] = float(np.sqrt(np.dot(model.grads, model.grads)))
+        adam_update(params, model.grads, m, v, int(state.step) + i + 1, float(lr), opt)
+    return losses, TrainState(params, m, v, int(state.step) + len(lrs)), norms
+
+
+@dataclass(frozen=True)
+class OptimizerReference:
+    """The specification's run of trajectory_inputs with one optimiser case."""
+
+    losses: np.ndarray
+    states: dict[int, TrainState]  # at every window edge
+    norms: np.ndarray  # each step's gradient norm before clipping
+    power: float  # largest relative RMS difference of a window's parameter change (with Adam history) from the
+    # same window trained with the default optimiser from the same state
 
 
 # ---- registry access -------------------------------------------------------------------------------------
@@ -349,6 +397,8 @@ class BackendConformance:
     matrix_batch: ClassVar[int] = 8
     matrix_window_steps: ClassVar[int] = 5
     matrix_lr: ClassVar[float] = 0.003
+    # The optimiser checks' cases (DEFAULT_OPTIMIZER_CASES); a backend whose sessions have no set_optimizer skips them.
+    optimizer_cases: ClassVar[dict[str, OptimizerSettings]] = DEFAULT_OPTIMIZER_CASES
 
     def heads_for(self, d_model: int) -> int:
         return 4
@@ -360,6 +410,8 @@ class BackendConformance:
     def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> None:
         if "d_model" in metafunc.fixturenames:
             metafunc.parametrize("d_model", self.d_models, ids=[f"d{d}" for d in self.d_models])
+        if "optimizer_case" in metafunc.fixturenames:
+            metafunc.parametrize("optimizer_case", list(self.optimizer_cases))
         if "matrix_shape" in metafunc.fixturenames:
             metafunc.parametrize("matrix_shape", [ModelShape(*dims) for dims in self.shape_matrix],
                                  ids=[matrix_id(dims) for dims in self.shape_matrix])
@@ -445,14 +497,18 @@ class BackendConformance:
         starts = np.linspace(0, n - w, max(1, self.trajectory_windows)).round().astype(int)
         return [(int(s), w) for s in sorted(set(starts.tolist()))]
 
+    def trajectory_edges(self) -> list[int]:
+        """Every step at which a window starts or ends, with 0 and trajectory_steps."""
+        windows = self.trajectory_windows_at()
+        return sorted({0, self.trajectory_steps} | {e for s, w in windows for e in (s, s + w)})
+
     def reference_trajectory(self, d_model: int) -> tuple[np.ndarray, dict[int, TrainState]]:
         """numpy_ref float64 losses over trajectory_inputs and its states at every window edge (cached)."""
         key = self._reference_key(d_model, "trajectory", self.trajectory_steps, self.trajectory_lr(d_model),
                                   tuple(self.trajectory_windows_at()))
         if key not in _REFERENCE_CACHE:
             state, tokens, lengths, lrs = self.trajectory_inputs(d_model)
-            windows = self.trajectory_windows_at()
-            edges = sorted({0, self.trajectory_steps} | {e for s, w in windows for e in (s, s + w)})
+            edges = self.trajectory_edges()
             losses, states = [], {}
             with self.open_reference(d_model, "float64") as ref:
                 ref.set_state(state)
@@ -462,6 +518,44 @@ class BackendConformance:
                 states[edges[-1]] = ref.get_state()
             _REFERENCE_CACHE[key] = (np.concatenate(losses).astype(np.float64), states)
         return _REFERENCE_CACHE[key]
+
+    def optimizer_reference(self, d_model: int, opt: OptimizerSettings) -> OptimizerReference:
+        """spec_training over trajectory_inputs with `opt`, its states at the window edges and its power (cached)."""
+        key = self._reference_key(d_model, "optimizer", opt, self.trajectory_steps, self.trajectory_lr(d_model),
+                                  tuple(self.trajectory_windows_at()))
+        if key not in _REFERENCE_CACHE:
+            shape = self.shape(d_model)
+            state, tokens, lengths, lrs = self.trajectory_inputs(d_model)
+            edges = self.trajectory_edges()
+            losses, norms, states = [], [], {0: state}
+            for start, stop in itertools.pairwise(edges):
+                part = slice(start, stop)
+                got, states[stop], got_norms = spec_training(shape, states[start], tokens[part], lengths[part],
+                                                             lrs[part], opt)
+                losses.append(got)
+                norms.append(got_norms)
+            power = 0.0
+            for start, w in self.trajectory_windows_at():
+                if start == 0:  # no Adam history: not judged by its parameters (test_loss_trajectory_matches_reference)
+                    continue
+                part, begin = slice(start, start + w), states[start]
+                _, plain, _ = spec_training(shape, begin, tokens[part], lengths[part], lrs[part], DEFAULT_OPTIMIZER)
+                moved = states[start + w].params - begin.params
+                power = max(power, relative_errors(plain.params - begin.params, moved)[0])
+            _REFERENCE_CACHE[key] = OptimizerReference(np.concatenate(losses), states, np.concatenate(norms), power)
+        result: OptimizerReference = _REFERENCE_CACHE[key]
+        return result
+
+    @contextmanager
+    def open_with_optimizer(self, d_model: int, opt: OptimizerSettings) -> Iterator[ValidatedSession]:
+        """A validated session given `opt`; skipped, saying why, when the backend's sessions have no
+        set_optimizer (a backend written before the optimiser settings: the trainer refuses them on it)."""
+        with self.open(d_model) as session:
+            if not session.takes_optimizer:
+                pytest.skip(f"{self.backend_name}: its sessions have no set_optimizer, so it runs only the default "
+                            "optimiser (the trainer refuses other settings on it)")
+            session.set_optimizer(opt)
+            yield session
 
     # -- the checks --
     def test_loss_matches_reference(self, d_model: int) -> None:
@@ -505,13 +599,42 @@ class BackendConformance:
             session.set_state(state)
             session.train_steps(tokens, lengths, lrs)
             got = session.get_state()
+        self.check_one_step(f"d{d_model}", got, want)
+
+    def check_one_step(self, tag: str, got: TrainState, want: TrainState) -> None:
+        """test_one_adam_step_matches_reference's bounds on the state after one update from step 5."""
         assert got.step == want.step == 6
         param_err = float(np.max(np.abs(got.params.astype(np.float64) - want.params))) / self.adam_lr
         m_err = relative_errors(got.adam_m, want.adam_m)[1]
         v_err = relative_errors(got.adam_v, want.adam_v)[1]
-        print(f"d{d_model}: max param error {param_err:.2e} x lr; moment max errors m {m_err:.2e} v {v_err:.2e}")
-        assert param_err <= self.tol("adam_param")
-        assert m_err <= self.tol("adam_moment") and v_err <= self.tol("adam_moment")
+        print(f"{tag}: max param error {param_err:.2e} x lr; moment max errors m {m_err:.2e} v {v_err:.2e}")
+        assert param_err <= self.tol("adam_param"), \
+            f"{tag}: the parameters are off by {param_err:.2e} x lr (bound {self.tol('adam_param')})"
+        assert m_err <= self.tol("adam_moment") and v_err <= self.tol("adam_moment"), \
+            f"{tag}: the moments are off by {max(m_err, v_err):.2e} (bound {self.tol('adam_moment')})"
+
+    def test_optimizer_step_matches_reference(self, d_model: int, optimizer_case: str) -> None:
+        """One update with the case's optimiser from a state with Adam history, against spec_training; the
+        same update with the default optimiser must land measurably elsewhere (else the check proves nothing)."""
+        opt = self.optimizer_cases[optimizer_case]
+        params, tokens, lengths = self.grad_inputs(d_model)
+        state = _state_of(params.params, self.seed, step=5)
+        tokens, lengths = tokens[None], lengths[None]
+        lrs = np.array([self.adam_lr], np.float32)
+        with self.open_with_optimizer(d_model, opt) as session:
+            session.set_state(state)
+            session.train_steps(tokens, lengths, lrs)
+            got = session.get_state()
+        _, want, norms = spec_training(self.shape(d_model), state, tokens, lengths, lrs, opt)
+        _, plain, _ = spec_training(self.shape(d_model), state, tokens, lengths, lrs, DEFAULT_OPTIMIZER)
+        power = float(np.max(np.abs(plain.params - want.params))) / self.adam_lr
+        print(f"d{d_model} {optimizer_case}: gradient norm {norms[0]:.3g}; the default optimiser's update differs "
+              f"by {power:.2e} x lr")
+        assert opt.grad_clip == 0 or norms[0] > opt.grad_clip, \
+            f"grad_clip {opt.grad_clip:g} does not engage (gradient norm {norms[0]:.3g}): choose a smaller one"
+        assert power > OPTIMIZER_POWER * self.tol("adam_param"), \
+            f"the {optimizer_case} settings barely change an update ({power:.2e} x lr): the check could not fail"
+        self.check_one_step(f"d{d_model} {optimizer_case}", got, want)
 
     def test_loss_trajectory_matches_reference(self, d_model: int) -> None:
         """Training follows numpy_ref float64, judged where that is free of chaos.
@@ -527,37 +650,45 @@ class BackendConformance:
         and each quarter's mean within `trajectory` of the reference's (two correct fp32 runs part ways
         step by step but not in their averages).
         """
-        n = self.trajectory_steps
         state, tokens, lengths, lrs = self.trajectory_inputs(d_model)
         want, ref_states = self.reference_trajectory(d_model)
+        with self.open(d_model) as session:
+            self.check_trajectory(session, d_model, state, (tokens, lengths, lrs), want, ref_states)
+
+    def check_trajectory(self, session: ValidatedSession, d_model: int, state: TrainState,
+                         inputs: tuple[np.ndarray, np.ndarray, np.ndarray], want: np.ndarray,
+                         ref_states: dict[int, TrainState], label: str = "") -> None:
+        """The windows and the whole run of test_loss_trajectory_matches_reference (whose docstring says what
+        is judged) on an open session, against a reference's losses and its states at the window edges."""
+        n = self.trajectory_steps
+        tokens, lengths, lrs = inputs
         dtype = np.dtype(self.dtype)
         window_loss, window_params = 0.0, 0.0
-        with self.open(d_model) as session:
-            for start, w in self.trajectory_windows_at():
-                begin, end = ref_states[start], ref_states[start + w]
-                session.set_state(TrainState(begin.params.astype(dtype), begin.adam_m.astype(dtype),
-                                             begin.adam_v.astype(dtype), begin.step))
-                got = session.train_steps(tokens[start:start + w], lengths[start:start + w],
-                                          lrs[start:start + w])
-                after = session.get_state()
-                assert after.step == start + w, f"window at step {start}: step {after.step}, not {start + w}"
-                loss_diff = float(np.max(np.abs(got.astype(np.float64) - want[start:start + w])))
-                params_err = relative_errors(after.params - begin.params, end.params - begin.params)[0]
-                print(f"d{d_model}: window of {w} steps from step {start}: loss difference {loss_diff:.2e}, "
-                      f"parameter change relative RMS error {params_err:.2e}"
-                      f"{' (not checked: no Adam history yet)' if start == 0 else ''}")
-                window_loss = max(window_loss, loss_diff)
-                if start > 0:
-                    window_params = max(window_params, params_err)
-            session.set_state(state)
-            got = session.train_steps(tokens, lengths, lrs)
-            final_step = session.get_state().step
+        tag = f"d{d_model}{label}"
+        for start, w in self.trajectory_windows_at():
+            begin, end = ref_states[start], ref_states[start + w]
+            session.set_state(TrainState(begin.params.astype(dtype), begin.adam_m.astype(dtype),
+                                         begin.adam_v.astype(dtype), begin.step))
+            got = session.train_steps(tokens[start:start + w], lengths[start:start + w], lrs[start:start + w])
+            after = session.get_state()
+            assert after.step == start + w, f"window at step {start}: step {after.step}, not {start + w}"
+            loss_diff = float(np.max(np.abs(got.astype(np.float64) - want[start:start + w])))
+            params_err = relative_errors(after.params - begin.params, end.params - begin.params)[0]
+            print(f"{tag}: window of {w} steps from step {start}: loss difference {loss_diff:.2e}, "
+                  f"parameter change relative RMS error {params_err:.2e}"
+                  f"{' (not checked: no Adam history yet)' if start == 0 else ''}")
+            window_loss = max(window_loss, loss_diff)
+            if start > 0:
+                window_params = max(window_params, params_err)
+        session.set_state(state)
+        got = session.train_steps(tokens, lengths, lrs)
+        final_step = session.get_state().step
         assert got.shape == (n,) and np.all(np.isfinite(got)), "the whole run's losses must be finite"
         assert final_step == n
         quarters = [slice(q * n // 4, (q + 1) * n // 4) for q in range(4) if (q + 1) * n // 4 > q * n // 4]
         mean_diff = max(abs(float(np.mean(got[q], dtype=np.float64) - np.mean(want[q]))) for q in quarters)
         step_diff = np.abs(got.astype(np.float64) - want)
-        print(f"d{d_model}: whole run of {n} steps: quarter means differ by at most {mean_diff:.2e} "
+        print(f"{tag}: whole run of {n} steps: quarter means differ by at most {mean_diff:.2e} "
               f"(largest single-step difference {step_diff.max():.2e} at step {int(np.argmax(step_diff)) + 1}, "
               f"not checked); final loss {got[-1]:.4f}")
         assert window_loss <= self.tol("trajectory_window"), \
@@ -567,6 +698,27 @@ class BackendConformance:
             f"(bound {self.tol('trajectory_window_params')})"
         assert mean_diff <= self.tol("trajectory"), \
             f"the whole run's quarter-mean losses differ by {mean_diff:.2e} (bound {self.tol('trajectory')})"
+
+    def test_optimizer_training_follows_reference(self, d_model: int, optimizer_case: str) -> None:
+        """test_loss_trajectory_matches_reference's windows and whole run with the case's optimiser, against
+        spec_training (the float64 specification: reference gradients and optim.adam_update). The case must
+        matter: a clip engages at every step, and in some window the default optimiser moves the parameters
+        differently by OPTIMIZER_POWER times the bound, so a backend ignoring the setting fails here."""
+        opt = self.optimizer_cases[optimizer_case]
+        state, tokens, lengths, lrs = self.trajectory_inputs(d_model)
+        with self.open_with_optimizer(d_model, opt) as session:
+            ref = self.optimizer_reference(d_model, opt)
+            print(f"d{d_model} {optimizer_case}: gradient norms {ref.norms.min():.3g}-{ref.norms.max():.3g}; the "
+                  f"default optimiser's parameter change differs by up to {ref.power:.2e} relative RMS")
+            assert opt.grad_clip == 0 or bool(np.all(ref.norms > opt.grad_clip)), \
+                f"grad_clip {opt.grad_clip:g} does not engage at every step (the gradient norm falls to " \
+                f"{ref.norms.min():.3g}): choose a smaller one"
+            bound = self.tol("trajectory_window_params")
+            assert ref.power > OPTIMIZER_POWER * bound, \
+                f"the {optimizer_case} settings change the windows by only {ref.power:.2e} (bound {bound}): the " \
+                "check could not fail"
+            self.check_trajectory(session, d_model, state, (tokens, lengths, lrs), ref.losses, ref.states,
+                                  label=f" {optimizer_case}")
 
     def test_state_round_trip(self, d_model: int) -> None:
         params = init_params(self.shape(d_model), self.seed)

@@ -63,14 +63,79 @@ def lr_schedule(first_step: int, n: int, total_steps: int, lr0: float) -> np.nda
     return LrSchedule(lr0).rates(first_step, n, total_steps)
 
 
+# The largest value an optimiser setting may take (the C ABI's EMG_OPTIMIZER_MAX: finite and below float32's
+# range).
+OPTIMIZER_MAX = 1e30
+
+
+@dataclass(frozen=True)
+class OptimizerSettings:
+    """AdamW's settings (the C ABI's emg_optimizer): the defaults are the model's original Adam, bit for bit.
+
+    weight_decay is decoupled (p *= 1 - lr * weight_decay before the Adam step) and applies to every tensor:
+    all of this model's tensors are matrices, and nanoGPT decays every 2-D tensor. grad_clip > 0 scales the
+    whole gradient by grad_clip / norm when its global L2 norm exceeds grad_clip (before Adam, as torch's
+    clip_grad_norm_). 0 turns either off.
+    """
+
+    beta1: float = ADAM_BETA1
+    beta2: float = ADAM_BETA2
+    eps: float = ADAM_EPS
+    weight_decay: float = 0.0
+    grad_clip: float = 0.0
+
+    def problem(self) -> tuple[str, str] | None:
+        """(field, what is wrong) for the first setting outside its range, else None (NaN is outside)."""
+        ranges = (("beta1", 0.0, 1.0, "in [0, 1)"), ("beta2", 0.0, 1.0, "in [0, 1)"))
+        for name, low, high, words in ranges:
+            value = getattr(self, name)
+            if not low <= value < high:
+                return name, f"must be {words}, got {value!r}"
+        if not 0.0 < self.eps < OPTIMIZER_MAX:
+            return "eps", f"must be > 0 and finite, got {self.eps!r}"
+        for name in ("weight_decay", "grad_clip"):
+            value = getattr(self, name)
+            if not 0.0 <= value < OPTIMIZER_MAX:
+                return name, f"must be >= 0 and finite (0 is off), got {value!r}"
+        return None
+
+    @property
+    def is_default(self) -> bool:
+        return self == DEFAULT_OPTIMIZER
+
+
+DEFAULT_OPTIMIZER = OptimizerSettings()
+
+
+def clip_scale(grads: np.ndarray, clip: float) -> float:
+    """The factor global-norm clipping multiplies the gradient by: clip / norm when clip > 0 and the norm
+    (summed in float64) exceeds it, else 1."""
+    if clip <= 0.0:
+        return 1.0
+    norm = float(np.sqrt(np.dot(grads.astype(np.float64, copy=False), grads.astype(np.float64, copy=False))))
+    return clip / norm if norm > clip else 1.0
+
+
 def adam_update(
-    params: np.ndarray, grads: np.ndarray, m: np.ndarray, v: np.ndarray, step: int, lr: float
+    params: np.ndarray,
+    grads: np.ndarray,
+    m: np.ndarray,
+    v: np.ndarray,
+    step: int,
+    lr: float,
+    opt: OptimizerSettings = DEFAULT_OPTIMIZER,
 ) -> None:
-    """One bias-corrected Adam update in place; step is the 1-based index of this update."""
-    m *= ADAM_BETA1
-    m += (1.0 - ADAM_BETA1) * grads
-    v *= ADAM_BETA2
-    v += (1.0 - ADAM_BETA2) * grads * grads
-    m_hat = m / (1.0 - ADAM_BETA1**step)
-    v_hat = v / (1.0 - ADAM_BETA2**step)
-    params -= (lr * m_hat / (np.sqrt(v_hat) + ADAM_EPS)).astype(params.dtype)
+    """One bias-corrected AdamW update in place (clipping included); step is the 1-based index of this
+    update. The order of operations is the C ABI's ("Step" in eemicrogpt.h)."""
+    scale = clip_scale(grads, opt.grad_clip)
+    if scale != 1.0:
+        grads = grads * np.asarray(scale, dtype=grads.dtype)
+    if opt.weight_decay > 0.0:
+        params *= np.asarray(1.0 - lr * opt.weight_decay, dtype=params.dtype)
+    m *= opt.beta1
+    m += (1.0 - opt.beta1) * grads
+    v *= opt.beta2
+    v += (1.0 - opt.beta2) * grads * grads
+    m_hat = m / (1.0 - opt.beta1**step)
+    v_hat = v / (1.0 - opt.beta2**step)
+    params -= (lr * m_hat / (np.sqrt(v_hat) + opt.eps)).astype(params.dtype)

@@ -64,7 +64,7 @@ class Batch:
 
 
 def prepare_batch(tokens: np.ndarray, lengths: np.ndarray) -> Batch:
-    """tokens uint8 [B, context + 1], lengths uint8 [B] (already validated) -> the packed live positions.
+    """tokens uint8 [B, context + 1], lengths uint16 [B] (already validated) -> the packed live positions.
 
     Only tokens at live positions (inputs) and right after them (targets) are read: padding never is.
     """

@@ -13,7 +13,7 @@ from functools import cached_property
 
 import numpy as np
 
-from ..base.abi import MAX_CONTEXT, MAX_LAYERS, MAX_VOCAB, MIN_VOCAB
+from ..base.abi import MAX_CONTEXT, MAX_D_MODEL, MAX_LAYERS, MAX_VOCAB, MIN_VOCAB
 
 RMS_EPS = 1e-5
 INIT_STD = 0.08
@@ -67,6 +67,8 @@ class ModelShape:
         for key in ("d_model", "n_heads"):
             if getattr(self, key) < 1:
                 return key, f"must be >= 1, got {getattr(self, key)}"
+        if self.d_model > MAX_D_MODEL:
+            return "d_model", f"must be at most {MAX_D_MODEL}, got {self.d_model}"
         if self.d_model % self.n_heads:
             return "n_heads", f"must divide d_model {self.d_model}, got {self.n_heads}"
         if self.d_model // self.n_heads < 4:

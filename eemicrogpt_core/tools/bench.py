@@ -28,6 +28,7 @@ import numpy as np
 from ..backends.backend import TrainState
 from ..backends.precision import FP32
 from ..backends.registry import BackendEntry, BackendRegistry, open_session
+from ..base.abi import LENGTH_DTYPE
 from ..base.errors import BackendSelectionError
 from ..data.names import BatchSampler, Dataset
 from ..model.optim import lr_schedule
@@ -74,7 +75,7 @@ def synthetic_data(form: Form, n: int = 4096, seed: int = 0) -> Dataset:
     rng = np.random.default_rng([seed, BENCH_STREAM])
     shape = form.shape(16)
     tokens = np.zeros((n, shape.seq_len), np.uint8)
-    lengths = np.empty(n, np.uint8)
+    lengths = np.empty(n, LENGTH_DTYPE)
     for i in range(n):
         chars = int(rng.integers(1, form.context + 1))
         row = [shape.boundary, *rng.integers(0, shape.boundary, chars).tolist(), shape.boundary][: shape.seq_len]

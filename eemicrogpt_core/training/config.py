@@ -32,7 +32,7 @@ from ..base.abi import MAX_CONTEXT, MAX_LAYERS
 from ..base.errors import ConfigError
 from ..base.reading import read_regular_bytes
 from ..base.shipped import find
-from ..model.optim import LR_SCHEDULES, LrSchedule
+from ..model.optim import DEFAULT_OPTIMIZER, LR_SCHEDULES, LrSchedule, OptimizerSettings
 from ..model.shape import DEFAULT_CONTEXT, NAMES_VOCAB, ModelShape, ShapeError, default_heads
 
 DTYPES = ("float32", "float64", "float16")
@@ -119,6 +119,27 @@ def _named_backend(value: str) -> str | None:
     return None if value.strip() else "must be a backend name or 'auto', got an empty string"
 
 
+# The optimiser's keys and the OptimizerSettings field each one sets; optim.py rules on their values, so the
+# config, the C ABI's emg_set_optimizer and every backend refuse the same values.
+OPTIMIZER_KEYS = {"weight_decay": "weight_decay", "adam_beta1": "beta1", "adam_beta2": "beta2", "adam_eps": "eps",
+                  "grad_clip": "grad_clip"}
+
+
+def _optimizer_rule(key: str) -> Callable[[Any], str | None]:
+    """The check of one optimiser key: OptimizerSettings.problem with the other settings at their defaults."""
+    field = OPTIMIZER_KEYS[key]
+
+    def check(value: Any) -> str | None:
+        problem = dataclasses.replace(DEFAULT_OPTIMIZER, **{field: value}).problem()
+        return problem[1] if problem else None
+
+    return check
+
+
+def _optimizer_key(key: str, help: str) -> Any:
+    return _key(getattr(DEFAULT_OPTIMIZER, OPTIMIZER_KEYS[key]), help, check=_optimizer_rule(key))
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     # Default run: d64 for 40,000 steps at lr 0.002, the seed's rate for its longer d64 runs (docs/benchmarks.md
@@ -148,6 +169,15 @@ class TrainConfig:
     warmup_steps: int = _key(0, "steps over which the learning rate ramps linearly up to lr (fewer than --steps)",
                              minimum=0, maximum=MAX_STEPS)
     min_lr: float = _key(0.0, "learning rate the decay ends at (at most lr)", minimum=0.0)
+    # AdamW (optim.py's OptimizerSettings). The defaults are the original Adam, to the bit, and a backend session
+    # sees nothing new unless one of these differs from its default.
+    weight_decay: float = _optimizer_key("weight_decay", "decoupled weight decay (AdamW): each step multiplies "
+                                         "every tensor by 1 - lr * weight_decay before Adam's update; 0 is none")
+    adam_beta1: float = _optimizer_key("adam_beta1", "Adam's beta1 (first-moment decay), in [0, 1)")
+    adam_beta2: float = _optimizer_key("adam_beta2", "Adam's beta2 (second-moment decay), in [0, 1)")
+    adam_eps: float = _optimizer_key("adam_eps", "Adam's eps (added to the root of the second moment), > 0")
+    grad_clip: float = _optimizer_key("grad_clip", "clip the gradient to this global L2 norm (all tensors "
+                                      "together) before Adam; 0 is none")
     seed: int = _key(42, "seed of init, split and batches", minimum=0, maximum=MAX_SEED)
     backend: str = _key("auto", "backend name or 'auto' (precedence: this flag > $EEMICROGPT_BACKEND > config > "
                         "auto)", check=_named_backend, on_resume=True)
@@ -196,6 +226,16 @@ class TrainConfig:
     def schedule(self) -> LrSchedule:
         """The learning-rate schedule of this run (the steps it spans are the trainer's to say)."""
         return LrSchedule(self.lr, self.lr_schedule, self.warmup_steps, self.min_lr)
+
+    def optimizer(self) -> OptimizerSettings:
+        """The optimiser of this run (DEFAULT_OPTIMIZER unless an optimiser key says otherwise)."""
+        return OptimizerSettings(**{field: getattr(self, key) for key, field in OPTIMIZER_KEYS.items()})
+
+    def optimizer_changes(self) -> list[str]:
+        """The optimiser keys that differ from their defaults, as "key value" (for the start-up summary and
+        errors)."""
+        return [f"{key} {getattr(self, key):g}" for key, field in OPTIMIZER_KEYS.items()
+                if getattr(self, key) != getattr(DEFAULT_OPTIMIZER, field)]
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -26,6 +26,9 @@ def describe_run(info: RunInfo) -> str:
         + (f", {info.n_dropped} lines dropped" if info.n_dropped else ""),
         f"vocabulary {info.vocab.describe()}",
     ]
+    changes = cfg.optimizer_changes()
+    if changes:
+        lines.append(f"optimiser: {', '.join(changes)} (the other optimiser keys at their defaults)")
     if info.data_note:
         lines.append(f"{'split' if info.data_unit == 'characters' else 'note'}: {info.data_note}")
     if info.data_hint:

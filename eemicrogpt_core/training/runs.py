@@ -8,7 +8,8 @@ before everything that can be checked without one has been checked:
    caller's choice > $EEMICROGPT_DATA > the config > the cached makemore names);
 2. check the memory estimate, the backend against the model's shape (before the download when the default
    names apply, since their vocabulary is known), the data file, then the backend against the data's own
-   vocabulary; on resume also the data file's fingerprint against the checkpoint's;
+   vocabulary and, for an optimiser other than the default, whether the backend's sessions take it; on resume
+   also the data file's fingerprint against the checkpoint's;
 3. create the run directory (fresh) or take the existing one (resume); `execute` claims it for this
    process, trains and releases it.
 """
@@ -34,7 +35,7 @@ from .config import TrainConfig, build_config, resolve_backend
 from .limits import check_memory
 from .rundir import RunDir
 from .sinks import SinkReporter, check_installed, open_sinks
-from .trainer import NullReporter, PreparedData, Reporter, TrainResult, prepare_data, train
+from .trainer import NullReporter, PreparedData, Reporter, TrainResult, check_optimizer, prepare_data, train
 
 SINK_SAMPLES = 10  # names handed to the log_to sinks at the end of a run
 Note = Callable[[str], None]  # where a run's notes go (the CLI's console, a reporter, or nowhere)
@@ -91,7 +92,8 @@ def plan_fresh(registry: BackendRegistry, cfg: TrainConfig, *, backend: str | No
     cfg = dataclasses.replace(cfg, data=str(given or resolve_data_path(None, None, data_format=cfg.data_format)))
     prepared = prepare(cfg, None)
     # The data decides the vocabulary, and with it the shape a backend must run.
-    registry.select(cfg.backend, cfg.model_shape(prepared.vocab.size), cfg.batch, cfg.dtype, cfg.precision)
+    shape = cfg.model_shape(prepared.vocab.size)
+    check_optimizer(registry.select(cfg.backend, shape, cfg.batch, cfg.dtype, cfg.precision), shape, cfg)
     run = RunDir.create(cfg.out, cfg)
     return RunPlan(dataclasses.replace(cfg, out=str(run.path)), run, prepared)
 
@@ -142,7 +144,9 @@ def plan_resume(
         cfg = build_config([(changes_source, changes)], cfg)
     check_memory(cfg)
     check_installed(cfg)
-    chosen = registry.select(cfg.backend, ckpt.shape, cfg.batch, cfg.dtype, cfg.precision).name
+    entry = registry.select(cfg.backend, ckpt.shape, cfg.batch, cfg.dtype, cfg.precision)
+    check_optimizer(entry, ckpt.shape, cfg)  # the saved optimiser, on the backend this resume runs on
+    chosen = entry.name
     prepared = prepare(cfg, ckpt.vocab)
     check_same_data(ckpt, prepared, cfg, allow_data_change, note)
     if ckpt.backend and chosen != ckpt.backend:

@@ -26,8 +26,10 @@ from ..backends.adaptive_threads import AdaptiveThreads, auto_candidates
 from ..backends.backend import BackendSession, TrainState
 from ..backends.registry import BackendEntry, BackendRegistry, open_session
 from ..backends.session_checks import CheckedSession, nonfinite_part
+from ..backends.validate import ValidatedSession
 from ..base.errors import (
     BackendOutputError,
+    BackendSelectionError,
     ConfigError,
     EemicrogptError,
     NonFiniteError,
@@ -290,6 +292,29 @@ def estimate_steps(session: BackendSession, data: Dataset | TextPart, cfg: Train
     session.set_state(saved)
     steps = min(MAX_STEPS, max(1, int(budget / statistics.median(per_step))))  # the cap every run shares
     return steps, min(per_step)
+
+
+def apply_optimizer(session: ValidatedSession, cfg: TrainConfig) -> None:
+    """Hand cfg's optimiser to the session; default settings call nothing (the run is the original Adam's, bit for
+    bit, on every backend), others on a session without set_optimizer are one line naming the backend and them."""
+    opt = cfg.optimizer()
+    if opt.is_default:
+        return
+    if not session.takes_optimizer:
+        raise BackendSelectionError(
+            f"backend '{session.backend_name}' cannot run {', '.join(cfg.optimizer_changes())}: its sessions have no "
+            "set_optimizer, so they run only the default optimiser; leave the optimiser keys at their defaults or "
+            "pick another backend")
+    session.set_optimizer(opt)
+
+
+def check_optimizer(entry: BackendEntry, shape: ModelShape, cfg: TrainConfig) -> None:
+    """Refuse cfg's optimiser on a backend that cannot run it before anything is written: a session of the run's
+    shape (batch 1, one thread) is opened and given it, then closed. Default settings open nothing."""
+    if cfg.optimizer().is_default:
+        return
+    with open_session(entry, shape, 1, cfg.dtype, threads=1) as session:
+        apply_optimizer(session, cfg)
 
 
 class _Run:
@@ -575,6 +600,7 @@ def train(
     auto = cfg.backend in ("", "auto")
     backend_note = (registry.fallback_note(entry, shape, cfg.batch, cfg.dtype) if auto else None) or ""
     with open_session(entry, shape, cfg.batch, cfg.dtype, cfg.threads) as opened:
+        apply_optimizer(opened, cfg)
         session = CheckedSession(opened, shape, cfg.dtype, entry.name)  # every output checked before use
         adaptive = None
         if cfg.threads is None and entry.spec is not None and entry.spec.thread_independent and opened.threads > 1:

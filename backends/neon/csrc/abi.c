@@ -20,10 +20,12 @@ static const emg_neon_kernel *find_kernel(int d_model) {
     return NULL;
 }
 
-/* Any vocabulary, context and depth the ABI allows. Attention works on whole vectors of a head, so head_dim
- * must be a multiple of 4. */
+/* Any vocabulary the ABI allows; context and depth up to the envelope in session.h (a block of packed rows
+ * holds one whole sequence). Attention works on whole vectors of a head, so head_dim must be a multiple
+ * of 4. */
 static int supports(const emg_shape *shape) {
-    return find_kernel(shape->d_model) != NULL && (shape->d_model / shape->n_heads) % 4 == 0;
+    return find_kernel(shape->d_model) != NULL && (shape->d_model / shape->n_heads) % 4 == 0
+        && shape->context <= NEON_MAX_CONTEXT && shape->n_layers <= NEON_MAX_LAYERS;
 }
 
 /* Carves the arena into the buffers of neon_acts (sizes in session.h); with base NULL it only counts. */
@@ -79,14 +81,15 @@ static void release(emg_session *s) { free(s->arena); }
 /* The kernels read the parameters directly (no derived copies to rebuild). */
 static void params_changed(emg_session *s) { (void)s; }
 
-static float loss_and_grad(emg_session *s, int batch, const uint8_t *tokens, const uint8_t *lengths,
+static float loss_and_grad(emg_session *s, int batch, const uint8_t *tokens, const uint16_t *lengths,
                            int want_grads) {
     return s->kernel->loss_and_grad(s, batch, tokens, lengths, want_grads);
 }
 
 static void adam(emg_session *s, float lr) {
     emg_core *c = &s->core;
-    adam_update(c->params, c->grads, c->adam_m, c->adam_v, c->layout.n_params, c->step, lr, ADAM_G2_SQUARE_FIRST);
+    adam_update(c->params, c->grads, c->adam_m, c->adam_v, c->layout.n_params, &c->opt, c->step, lr,
+                ADAM_G2_SQUARE_FIRST);
 }
 
 /* Designated: the optional hooks (train_step, set_threads) stay NULL, and later hooks need no edit. */

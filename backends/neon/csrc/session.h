@@ -8,11 +8,17 @@
 
 #include "emg_backend.h"
 
+/* The kernels' envelope within the ABI's bounds (supports() in abi.c): context and depth. Buffers are sized
+ * by these, not by EMG_MAX_CONTEXT and EMG_MAX_LAYERS, which allow more than the kernels run. */
+#define NEON_MAX_CONTEXT 64
+#define NEON_MAX_LAYERS 8
+_Static_assert(NEON_MAX_CONTEXT <= EMG_MAX_CONTEXT && NEON_MAX_LAYERS <= EMG_MAX_LAYERS, "within the ABI's bounds");
+
 /* Sequence packing: the live positions of consecutive sequences of a batch are laid out back to back in
  * one block of at most PACK_ROWS rows, so every position-wise kernel (norms, projections, MLP, LM head)
  * runs over the whole block and each weight-gradient tile is loaded and stored once per block rather than
  * once per sequence. Attention runs per sequence inside the block. A block holds any one sequence. */
-#define PACK_ROWS EMG_MAX_CONTEXT
+#define PACK_ROWS NEON_MAX_CONTEXT
 
 /* Rounds n up to a whole Neon vector of 4 floats: the padded width of rows of logits and attention scores. */
 #define ROUND4(n) (((n) + 3) / 4 * 4)
@@ -34,7 +40,7 @@ typedef struct neon_layer_acts {
 /* The whole arena: forward activations per layer (kept for the backward pass, which runs the layers in
  * reverse) and the backward pass's scratch, shared by all layers. */
 typedef struct neon_acts {
-    neon_layer_acts layer[EMG_MAX_LAYERS + 1]; /* layer[L].x only: the last residual, the LM head's input */
+    neon_layer_acts layer[NEON_MAX_LAYERS + 1]; /* layer[L].x only: the last residual, the LM head's input */
     float *r0;      /* [PACK_ROWS] 1 / rms of the embeddings (layer[0].x is their norm) */
     float *logits;  /* [PACK_ROWS][VP] logits, then d(loss)/d(logits); VP = ROUND4(vocab), 0-padded */
     float *dx;      /* [PACK_ROWS][D] gradient on the residual stream */
@@ -57,7 +63,8 @@ typedef struct emg_neon_kernel {
     int d_model;
     /* The shared layer's loss_and_grad hook: the mean loss of a validated batch; with want_grads,
      * s->core.grads is zeroed and then filled with its gradient. */
-    float (*loss_and_grad)(emg_session *s, int batch, const uint8_t *tokens, const uint8_t *lengths, int want_grads);
+    float (*loss_and_grad)(emg_session *s, int batch, const uint8_t *tokens, const uint16_t *lengths,
+                          int want_grads);
 } emg_neon_kernel;
 
 struct emg_session {

@@ -171,7 +171,8 @@ static void model_backward(emg_session *s, const neon_pack *pk, const dims *dm) 
     encoder_backward(g + ly->tok_emb, g + ly->pos_emb, a->dx, a->layer[0].x, a->r0, pk);
 }
 
-static float loss_and_grad(emg_session *s, int batch, const uint8_t *tokens, const uint8_t *lengths, int want_grads) {
+static float loss_and_grad(emg_session *s, int batch, const uint8_t *tokens, const uint16_t *lengths,
+                           int want_grads) {
     const dims dm = dims_of(&s->core.shape);
     const int seq = emg_seq_len(&s->core.shape);
     long n_live = 0;

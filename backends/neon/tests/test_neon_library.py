@@ -5,6 +5,9 @@ Needs the library, which is built only on aarch64: on other machines these tests
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 from eemicrogpt_backend_neon import plugin, probe
@@ -12,10 +15,13 @@ from eemicrogpt_backend_neon import plugin, probe
 from eemicrogpt_core.backends import native
 from eemicrogpt_core.backends.backend import TrainState
 from eemicrogpt_core.backends.registry import load_registry, open_session
-from eemicrogpt_core.base.abi import MAX_CONTEXT, MAX_LAYERS, MAX_VOCAB, MIN_VOCAB
+from eemicrogpt_core.base.abi import LENGTH_DTYPE, MAX_VOCAB, MIN_VOCAB
 from eemicrogpt_core.kit.abi_contract import raw_shape
 from eemicrogpt_core.kit.conformance import DEFAULT_TOLERANCES, per_tensor_errors
 from eemicrogpt_core.model.shape import ModelShape, init_params
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "arm_common" / "tests"))
+import arm_session_checks as checks
 
 LIBRARY = plugin.library_path()
 pytestmark = [
@@ -25,6 +31,9 @@ pytestmark = [
 ]
 
 OK, ARGUMENT, UNSUPPORTED = (native.STATUS[n] for n in ("EMG_OK", "EMG_ERR_ARGUMENT", "EMG_ERR_UNSUPPORTED"))
+# The kernels' envelope in context and depth, narrower than the ABI's (test_neon_arm_session.py checks that
+# shapes beyond it are refused).
+MAX_CONTEXT, MAX_LAYERS = checks.ARM_MAX_CONTEXT, checks.ARM_MAX_LAYERS
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +62,7 @@ def test_the_spec_serves_exactly_the_envelope(lib) -> None:
 
 
 @pytest.mark.parametrize("d_model", [16, 256])
-def test_every_depth_vocabulary_and_context_is_served(lib, d_model: int) -> None:
+def test_every_depth_vocabulary_and_context_of_the_envelope_is_served(lib, d_model: int) -> None:
     for layers in (1, MAX_LAYERS):
         for vocab in (MIN_VOCAB, 27, MAX_VOCAB):
             for context in (1, 33, MAX_CONTEXT):
@@ -92,7 +101,7 @@ def test_packed_blocks_match_the_reference_at_their_edges() -> None:
     rng = np.random.default_rng(3)
     tokens = rng.integers(0, shape.boundary, size=(len(live), shape.seq_len), dtype=np.uint8)
     tokens[:, 0] = shape.boundary
-    lengths = np.array([t + 1 for t in live], np.uint8)
+    lengths = np.array([t + 1 for t in live], LENGTH_DTYPE)
     state = TrainState.fresh(init_params(shape, 5) * np.float32(1.5))
     registry = load_registry()
     results = []

@@ -6,6 +6,7 @@ import numpy as np
 
 from eemicrogpt_core.backends.backend import TrainState
 from eemicrogpt_core.base.errors import NonFiniteError
+from eemicrogpt_core.model.optim import OptimizerSettings
 from eemicrogpt_core.model.reference import StepModel, prepare_batch
 from eemicrogpt_core.model.shape import ModelShape
 
@@ -49,6 +50,13 @@ class NumpySession:
 
     def get_state(self) -> TrainState:
         return TrainState(self._params.copy(), self._m.copy(), self._v.copy(), self._step)
+
+    def set_optimizer(self, opt: OptimizerSettings) -> None:
+        """AdamW's settings for every later update (the OptimizerSession part of the protocol)."""
+        problem = opt.problem()
+        if problem is not None:
+            raise ValueError(f"optimiser {problem[0]} {problem[1]}")
+        self._adam.opt = opt
 
     def train_steps(self, tokens: np.ndarray, lengths: np.ndarray, lrs: np.ndarray) -> np.ndarray:
         losses = np.empty(len(lrs), np.float32)

@@ -10,9 +10,13 @@
 #include "threads.h"
 
 /* A compiled step exists for every width 16..256 in steps of 16 (step.c). Heads, layers, vocabulary and
- * context are run-time values over the ABI's whole range: attention takes any head_dim >= 4 (not only
- * multiples of 4) and any context up to EMG_MAX_CONTEXT. */
-static int supports(const emg_shape *shape) { return emg_x86_find_kernel(shape->d_model) != NULL; }
+ * context are run-time values: attention takes any head_dim >= 4 (not only multiples of 4); layers and
+ * context are held to the envelope the kernels were built, tested and measured for (session.h), which the
+ * ABI's bounds now exceed. */
+static int supports(const emg_shape *shape) {
+    return emg_x86_find_kernel(shape->d_model) != NULL && shape->n_layers <= EMG_X86_MAX_LAYERS
+        && shape->context <= EMG_X86_MAX_CONTEXT;
+}
 
 /* Carve an arena into buffers; with base NULL only count floats. Every buffer starts on a 64-byte boundary
  * (sizes are rounded to 16 floats). */

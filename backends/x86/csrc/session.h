@@ -18,6 +18,14 @@ struct emg_x86_kernel; /* step.c's */
  * 2% slower / 2% faster; 240 rows 2% / 2% faster; 120 rows about even. A multiple of ROW_PAD (gemm.h). */
 #define BLOCK_ROWS 240
 
+/* The envelope supports() admits beyond the compiled widths: ABI version 2's bounds, the ones the kernels were
+ * tested and measured at. A block holds at least one whole sequence, so a context beyond BLOCK_ROWS could not
+ * run at all; between 64 and that, attention's scratch grows with the square of the context and nothing is
+ * tested. */
+#define EMG_X86_MAX_CONTEXT 64
+#define EMG_X86_MAX_LAYERS 8
+_Static_assert(EMG_X86_MAX_CONTEXT <= BLOCK_ROWS, "a block holds a whole sequence");
+
 /* One participant's working memory for one block of packed rows: the activations of every layer (so the
  * backward pass runs the layers in reverse), the backward buffers every layer reuses, and attention's
  * scratch. Padding rows (a block's rows up to a multiple of ROW_PAD) are zero all the way through. */

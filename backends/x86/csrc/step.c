@@ -14,7 +14,7 @@
 /* What is compiled per width: the forward and backward of one pass, and the rebuild of a participant's part
  * of the transposed weight copies (a pool function, emg_pool_fn). */
 typedef void (*pass_step_fn)(struct emg_session *s, struct emg_acts *a, const struct emg_pass *pass,
-                             const uint8_t *lengths, float inv_p);
+                             const uint16_t *lengths, float inv_p);
 struct emg_x86_kernel {
     int d_model;
     pass_step_fn pass_step;
@@ -33,7 +33,7 @@ struct emg_x86_kernel {
         attention_backward_seq(width, H, qkv, att, dout, dqkv, L, scratch);                                    \
     }                                                                                                          \
     static void pass_step_w(struct emg_session *s, struct emg_acts *a, const struct emg_pass *pass,            \
-                            const uint8_t *lengths, float inv_p) {                                             \
+                            const uint16_t *lengths, float inv_p) {                                            \
         pass_step(width, attention_forward_w, attention_backward_w, s, a, pass, lengths, inv_p);               \
     }                                                                                                          \
     static void sync_part_w(void *ctx, int tid, int n) { sync_part(width, ctx, tid, n); }
@@ -137,7 +137,7 @@ static float run_step(struct emg_step_job *job, int batch, const uint8_t *tokens
     return emg_x86_loss(job);
 }
 
-float emg_x86_loss_and_grad(struct emg_session *s, int batch, const uint8_t *tokens, const uint8_t *lengths,
+float emg_x86_loss_and_grad(struct emg_session *s, int batch, const uint8_t *tokens, const uint16_t *lengths,
                             int want_grads) {
     struct emg_step_job job = {.s = s, .lengths = lengths, .grads = want_grads ? s->core.grads : NULL};
     return run_step(&job, batch, tokens);
@@ -145,7 +145,7 @@ float emg_x86_loss_and_grad(struct emg_session *s, int batch, const uint8_t *tok
 
 /* The shared layer's fused step (emg_backend.h train_step): one region for the chunks, the gradient sum,
  * the finiteness gate, Adam and the transposed copies; the layer counts the update and acts on the verdict. */
-int emg_x86_train_step(struct emg_session *s, int batch, const uint8_t *tokens, const uint8_t *lengths, float lr,
+int emg_x86_train_step(struct emg_session *s, int batch, const uint8_t *tokens, const uint16_t *lengths, float lr,
                        float *loss) {
     struct emg_step_job job = {.s = s, .lengths = lengths, .grads = s->core.grads, .train = 1, .lr = lr};
     *loss = run_step(&job, batch, tokens);

@@ -12,13 +12,13 @@ struct emg_x86_kernel;
 const struct emg_x86_kernel *emg_x86_find_kernel(int d_model);
 
 /* The mean loss of an already validated batch; with want_grads its gradient in s->core.grads. */
-float emg_x86_loss_and_grad(struct emg_session *s, int batch, const uint8_t *tokens, const uint8_t *lengths,
+float emg_x86_loss_and_grad(struct emg_session *s, int batch, const uint8_t *tokens, const uint16_t *lengths,
                             int want_grads);
 
 /* The shared layer's fused train_step hook (emg_backend.h): forward, backward, the finiteness gate, Adam
  * (which also judges the parameters it writes) and the transposed copies in one pool region; returns the
  * verdict (enum emg_step_verdict). */
-int emg_x86_train_step(struct emg_session *s, int batch, const uint8_t *tokens, const uint8_t *lengths, float lr,
+int emg_x86_train_step(struct emg_session *s, int batch, const uint8_t *tokens, const uint16_t *lengths, float lr,
                        float *loss);
 
 /* Rebuild the transposed weight copies from params (after every parameter change). */

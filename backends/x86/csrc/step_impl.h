@@ -213,7 +213,7 @@ AI struct pass_view pass_view(const struct emg_session *s, const struct emg_acts
  * mean squares of x[l] for l = 0 (chained from the embedding norm, model_forward). */
 AI void layer_forward(const int D, attention_forward_fn attention_forward_w, struct emg_session *s,
                       struct emg_acts *a, const struct emg_pass *pass, const struct pass_view *v,
-                      const uint8_t *lengths, int l) {
+                      const uint16_t *lengths, int l) {
     const int F = 4 * D, H = v->H, P = v->P, Pp = v->Pp;
 #ifdef EMG_BF16
     uint16_t *bfa = (uint16_t *)a->bf_a;
@@ -248,7 +248,7 @@ AI void layer_forward(const int D, attention_forward_fn attention_forward_w, str
  * with the loss: each segment's loss sum goes to its chunk's total and the logits rows become dloss/dlogits. */
 AI void model_forward(const int D, attention_forward_fn attention_forward_w, struct emg_session *s,
                       struct emg_acts *a, const struct emg_pass *pass, const struct pass_view *v,
-                      const uint8_t *lengths, float inv_p) {
+                      const uint16_t *lengths, float inv_p) {
     const int NL = v->NL, V = v->V, VP = v->VP, P = v->P, Pp = v->Pp;
     const float *params = v->params;
 #ifdef EMG_BF16
@@ -280,7 +280,7 @@ AI void model_forward(const int D, attention_forward_fn attention_forward_w, str
  * into a->dx; for l = 0 a->dn1 and a->dx_mid are left for model_backward's first norm. */
 AI void layer_backward(const int D, attention_backward_fn attention_backward_w, struct emg_session *s,
                        struct emg_acts *a, const struct emg_pass *pass, const struct pass_view *v,
-                       const uint8_t *lengths, int l) {
+                       const uint16_t *lengths, int l) {
     const int F = 4 * D, H = v->H, P = v->P, Pp = v->Pp;
 #ifdef EMG_BF16
     uint16_t *bfa = (uint16_t *)a->bf_a, *bfb = (uint16_t *)a->bf_b;
@@ -318,7 +318,7 @@ AI void layer_backward(const int D, attention_backward_fn attention_backward_w, 
  * the first norm, the embedding norm and the embedding scatter. */
 AI void model_backward(const int D, attention_backward_fn attention_backward_w, struct emg_session *s,
                        struct emg_acts *a, const struct emg_pass *pass, const struct pass_view *v,
-                       const uint8_t *lengths) {
+                       const uint16_t *lengths) {
     const emg_layout *lay = v->lay;
     const int NL = v->NL, V = v->V, VP = v->VP, P = v->P, Pp = v->Pp;
     const float *params = v->params;
@@ -356,7 +356,7 @@ AI void model_backward(const int D, attention_backward_fn attention_backward_w, 
  * segment, as its chunk alone would, so merging the blocks of several chunks into one pass changes no bit.
  * attention_forward_w and attention_backward_w: the width's attention_forward_seq and attention_backward_seq. */
 AI void pass_step(const int D, attention_forward_fn attention_forward_w, attention_backward_fn attention_backward_w,
-                  struct emg_session *s, struct emg_acts *a, const struct emg_pass *pass, const uint8_t *lengths,
+                  struct emg_session *s, struct emg_acts *a, const struct emg_pass *pass, const uint16_t *lengths,
                   float inv_p) {
     const struct pass_view v = pass_view(s, a, pass);
     model_forward(D, attention_forward_w, s, a, pass, &v, lengths, inv_p);

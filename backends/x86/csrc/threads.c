@@ -92,7 +92,7 @@ void emg_x86_job_participants(struct emg_step_job *job, int batch) {
     job->n = job->pool ? threads : 1;
 }
 
-int emg_x86_pack(struct emg_session *s, int batch, const uint8_t *tokens, const uint8_t *lengths, int chunks) {
+int emg_x86_pack(struct emg_session *s, int batch, const uint8_t *tokens, const uint16_t *lengths, int chunks) {
     int P = 0;
     for (int b = 0; b < batch; b++) P += lengths[b] - 1;
     int b = 0, row = 0, done = 0;
@@ -183,6 +183,24 @@ float emg_x86_loss(const struct emg_step_job *job) {
     return (float)(total / P);
 }
 
+/* The clipping factor of the summed gradient (complete: called after the gate's barrier): participant tid sums
+ * its consecutive parts, then, after a barrier, every participant adds all parts in part order, so all of them
+ * get the same factor, and the same one for any thread count. */
+static float clip_scale(struct emg_step_job *job, int tid, int n) {
+    const long n_params = job->s->core.layout.n_params;
+    int p0, p1;
+    emg_x86_participant_chunks(EMG_X86_NORM_PARTS, tid, n, &p0, &p1); /* the same split of a range */
+    for (int part = p0; part < p1; part++) {
+        long lo, hi;
+        emg_x86_share(n_params, part, EMG_X86_NORM_PARTS, &lo, &hi);
+        job->norm_parts[part] = grad_sum_squares(job->grads + lo, hi - lo);
+    }
+    emg_pool_barrier(job->pool);
+    double total = 0.0;
+    for (int part = 0; part < EMG_X86_NORM_PARTS; part++) total += job->norm_parts[part];
+    return emg_clip_scale(total, job->s->core.opt.grad_clip);
+}
+
 int emg_x86_reduce(struct emg_step_job *job, int tid, int n) {
     struct emg_session *s = job->s;
     emg_pool_barrier(job->pool);
@@ -205,8 +223,9 @@ int emg_x86_reduce(struct emg_step_job *job, int tid, int n) {
     for (int t = 0; t < n; t++)
         if (job->bad[t]) return 0;
     const emg_core *c = &s->core;
-    job->params_bad[tid] =
-        adam_update(c->params + lo, c->adam_m + lo, c->adam_v + lo, grads + lo, hi - lo, c->step + 1, job->lr);
+    const float scale = c->opt.grad_clip > 0.0f ? clip_scale(job, tid, n) : 1.0f;
+    job->params_bad[tid] = adam_update(c->params + lo, c->adam_m + lo, c->adam_v + lo, grads + lo, hi - lo,
+                                       c->step + 1, job->lr, &c->opt, scale);
     if (tid == 0) job->updated = 1;
     emg_pool_barrier(job->pool); /* every parameter is updated before any transposed copy is rebuilt */
     return 1;

@@ -41,12 +41,19 @@ struct emg_rows {
  * 16 and 64 ran 4-6% slower than one chunk (backends/x86/README.md, "Threads"). */
 #define EMG_X86_MAX_CHUNKS 4
 
+/* Gradient clipping's sum of squares runs over this many parts of the parameters, fixed by the parameter count
+ * alone (emg_x86_share(n_params, part, EMG_X86_NORM_PARTS)): each part summed in index order, the parts' sums
+ * added in part order, so the norm, like everything else, is the same whatever the thread count. Participants
+ * take consecutive parts (at least one each: EMG_X86_MAX_THREADS of them at most). */
+#define EMG_X86_NORM_PARTS 64
+_Static_assert(EMG_X86_MAX_THREADS <= EMG_X86_NORM_PARTS, "every participant sums some part");
+
 /* What every participant of one step reads, and what it leaves behind. */
 struct emg_step_job {
     struct emg_session *s;
     struct emg_pool *pool; /* the session's pool, or NULL when the step runs inline on the caller */
     int n;                 /* participants: 1 inline, else the pool's size */
-    const uint8_t *lengths;
+    const uint16_t *lengths;
     float *grads; /* the summed gradient (s->grads when training); NULL: loss only */
     int train;    /* also Adam (with lr, at update s->step + 1) and the transposed copies */
     float lr;
@@ -56,6 +63,7 @@ struct emg_step_job {
     int folded[EMG_X86_MAX_CHUNKS];    /* the chunk's weight gradients were folded into grads (step.c emg_segment) */
     int bad[EMG_X86_MAX_THREADS];       /* a participant's share of the summed gradient is not finite */
     int params_bad[EMG_X86_MAX_THREADS]; /* a parameter of its Adam share is not finite after the update */
+    double norm_parts[EMG_X86_NORM_PARTS]; /* clipping: the summed gradient's sum of squares per part */
     int updated;                         /* Adam ran (every participant's share) */
 };
 
@@ -86,16 +94,18 @@ void emg_x86_job_participants(struct emg_step_job *job, int batch);
 
 /* Pack the batch's live positions into chunks 0..chunks-1 (each from a ROW_PAD-aligned row, with about
  * equal live rows) and return the total number of live rows. */
-int emg_x86_pack(struct emg_session *s, int batch, const uint8_t *tokens, const uint8_t *lengths, int chunks);
+int emg_x86_pack(struct emg_session *s, int batch, const uint8_t *tokens, const uint16_t *lengths, int chunks);
 
 /* The buffer chunk c's gradient is written to (grads itself for chunk 0; NULL when grads is NULL). */
 float *emg_x86_chunk_grads(const struct emg_session *s, int c, float *grads);
 
 /* Inside a region, after participant tid's chunks: wait for every chunk; then, unless the loss is not
  * finite, add chunks 1..chunks-1's gradients into job->grads over tid's share of the parameters (always in
- * chunk order; of a folded chunk only its embedding tables) and, when training and every summed gradient is finite (the shared layer's gate), run Adam
- * (update s->core.step + 1) on that share and wait for every share. Returns 1 when the parameters were
- * updated (the transposed copies are then stale). */
+ * chunk order; of a folded chunk only its embedding tables) and, when training and every summed gradient is
+ * finite (the shared layer's gate), run AdamW with s->core.opt (update s->core.step + 1) on that share and wait
+ * for every share. With clipping on, the whole summed gradient's sum of squares (EMG_X86_NORM_PARTS) comes
+ * first, behind one more barrier. Returns 1 when the parameters were updated (the transposed copies are then
+ * stale). */
 int emg_x86_reduce(struct emg_step_job *job, int tid, int n);
 
 /* [lo, hi) of participant tid's share of the parameters (Adam, the gradient sum): whole 16-float blocks. */

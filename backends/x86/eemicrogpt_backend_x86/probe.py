@@ -7,6 +7,7 @@ import platform
 from dataclasses import dataclass
 
 from eemicrogpt_core.backends.backend import ProbeResult
+from eemicrogpt_core.backends.native import library_load_error
 
 from .libs import extras, library_path
 
@@ -93,13 +94,17 @@ def probe(name: str) -> ProbeResult:
     machine = platform.machine().lower()
     if machine not in ("x86_64", "amd64"):
         return ProbeResult.no(f"{name}: requires an x86_64 CPU; this machine is {platform.machine() or 'unknown'}")
-    if library_path("probe") is None or library_path(name) is None:
+    path = library_path(name)
+    if library_path("probe") is None or path is None:
         return ProbeResult.no(
             f"{name}: the native library was not built (reinstall eemicrogpt-backend-x86 with a C compiler)"
         )
     lacks = cpu_lacks(name)
     if lacks:
         return ProbeResult.no(lacks)
+    # Last, on a CPU that runs it: a library built for another ABI version is unavailable, not a crash later.
+    if (error := library_load_error(path)) is not None:
+        return ProbeResult.no(f"{name}: {error}")
     note = f"{name}: {'/'.join(variant.features)} detected"
     if variant.precision != "fp32":
         note += f" (reduced precision: auto picks it only when asked for {variant.precision})"

@@ -9,6 +9,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from eemicrogpt_core.base.abi import LENGTH_DTYPE
 from eemicrogpt_core.model import reference
 from eemicrogpt_core.model.shape import ModelShape, init_params
 
@@ -33,7 +34,7 @@ def random_batch(rng: np.random.Generator, shape: ModelShape, batch: int) -> tup
     padding; the first row is a full context (the longest attention), the rest have random lengths."""
     seq, boundary = shape.seq_len, shape.boundary
     tokens = rng.integers(0, shape.vocab, size=(batch, seq), dtype=np.uint8)
-    lengths = rng.integers(2, seq + 1, size=batch).astype(np.uint8)
+    lengths = rng.integers(2, seq + 1, size=batch).astype(LENGTH_DTYPE)
     lengths[0] = seq
     for b, n in enumerate(lengths):
         tokens[b, 0] = boundary

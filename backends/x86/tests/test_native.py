@@ -95,11 +95,23 @@ def test_supports_the_whole_envelope(lib_path: str) -> None:
 
 def test_refuses_widths_without_a_kernel(lib_path: str) -> None:
     lib, out = load_library(lib_path), _ffi().new("emg_session **")
-    for d, heads in ((8, 2), (24, 6), (40, 4), (100, 5), (272, 4), (512, 8)):  # valid shapes, no kernel
+    for d, heads in ((8, 2), (24, 6), (40, 4), (100, 5), (272, 4), (512, 8), (1024, 8)):  # valid, no kernel
         shape = raw_shape(d, heads)
         assert lib.emg_supports(shape) == 0, d
         assert lib.emg_create(shape, 16, out) == UNSUPPORTED, d
         assert out[0] == _ffi().NULL
+
+
+def test_refuses_what_abi_3_allows_beyond_the_kernels(lib_path: str) -> None:
+    """Contexts 65..256 and 9..12 layers are valid shapes now (and widths up to 1024, above): the kernels were
+    built for 64 and 8 (csrc/session.h, EMG_X86_MAX_CONTEXT), so no session reaches them."""
+    lib, out = load_library(lib_path), _ffi().new("emg_session **")
+    for layers, context in ((1, 65), (1, 240), (1, 256), (9, 16), (12, 16), (12, 256)):
+        shape = raw_shape(64, 4, layers, 27, context)
+        assert lib.emg_supports(shape) == 0, (layers, context)
+        assert lib.emg_create(shape, 16, out) == UNSUPPORTED, (layers, context)
+        assert out[0] == _ffi().NULL
+    assert lib.emg_supports(raw_shape(64, 4, 8, 27, 64)) == 1  # the envelope's corner, for contrast
 
 
 def test_cffi_layer_refuses_malformed_arrays(lib_path: str) -> None:

@@ -4,11 +4,14 @@ the registry picks from it."""
 from __future__ import annotations
 
 import platform
+import shutil
+import subprocess
 
 import pytest
 from eemicrogpt_backend_x86 import libs, plugin
 from eemicrogpt_backend_x86.probe import DISABLE_ENV, disabled_features, probe
 
+from eemicrogpt_core.backends.native import ABI_VERSION, load_library
 from eemicrogpt_core.backends.registry import load_registry
 from eemicrogpt_core.model.shape import ModelShape
 
@@ -75,6 +78,29 @@ def test_missing_build_gets_a_reason(monkeypatch: pytest.MonkeyPatch, tmp_path) 
         factory(ModelShape(16), 4, "float32")
 
 
+def test_a_library_of_another_abi_version_is_refused_in_one_line(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    """A library built for ABI version 2 (here: one that says so) next to a working probe: the backend is
+    unavailable, and loading it directly fails, each with one line naming both versions."""
+    _host_has("avx2")
+    compiler = shutil.which("gcc") or shutil.which("cc")
+    if compiler is None:
+        pytest.skip("no C compiler to build a version-2 library")
+    source = tmp_path / "old.c"
+    source.write_text("int emg_abi_version(void) { return 2; }\n")
+    old = tmp_path / "_emg_avx2.so"
+    subprocess.run([compiler, "-shared", "-fPIC", str(source), "-o", str(old)], check=True)
+    probe_lib = libs.library_path("probe")
+    assert probe_lib is not None
+    shutil.copy(probe_lib, tmp_path / probe_lib.name)
+    monkeypatch.setenv(libs.LIB_DIR_ENV, str(tmp_path))
+    needs = f"was built for native ABI version 2; this eemicrogpt needs version {ABI_VERSION}"
+    result = probe("avx2")
+    assert not result.available and needs in result.reason and "\n" not in result.reason
+    with pytest.raises(RuntimeError, match=needs) as refused:
+        load_library(str(old))
+    assert "\n" not in str(refused.value)
+
+
 @pytest.mark.parametrize("name", ["avx512", "avx2", "avx512_bf16"])
 def test_specs_ask_the_library_for_shapes(name: str) -> None:
     _host_has(name)
@@ -90,6 +116,8 @@ def test_specs_ask_the_library_for_shapes(name: str) -> None:
         assert spec.unsupported_reason(ModelShape(96, 3, 4, 200, 64), 256) is None
         assert spec.envelope.startswith("d_model 16-256")
         assert spec.unsupported_reason(ModelShape(16, 4), 257) is not None
+        for beyond in (ModelShape(64, 4, 9, 27, 16), ModelShape(64, 4, 1, 27, 65), ModelShape(512, 8)):  # ABI 3 only
+            assert spec.unsupported_reason(beyond, 16) == f"{name} has no kernel for {beyond.describe()}"
 
 
 def test_registry_auto_prefers_avx512_then_avx2(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,5 +1,5 @@
 /* A minimal eemicrogpt backend in portable C: scalar loops, every model shape, chosen at run time.
- * It supplies kernels only (forward, backward, Adam); the shared layer emg_backend.h, included at the end,
+ * It supplies kernels only (forward, backward, AdamW); the shared layer emg_backend.h, included at the end,
  * adds every exported emg_* function with its checks. Readable rather than fast. One sequence is processed
  * at a time over its live positions t < T = length - 1 (padding is never read), position by position as
  * microgpt does; the activations of every layer are kept so that backward can run the layers in reverse. */
@@ -211,12 +211,17 @@ static void backward(emg_session *s, const uint8_t *tok, int T) {
 
 /* ---- the hooks the shared layer calls ---- */
 
-/* Every valid shape whose parameter count fits an int, so the int indexing above cannot overflow (d_model
- * up to about 4700 at 8 layers: far more than scalar C trains in reasonable time). Counted in double, which
- * is exact at these sizes, where the same products in long could overflow for a huge d_model. */
+/* Every valid shape: the int indexing above cannot overflow, as even the ABI's largest model (its bounds on
+ * width, layers, vocabulary and context at once) has fewer parameters than an int counts, and the largest
+ * activation array (a layer's attention probabilities, H = D / 4 heads of C x C) is smaller still. */
+_Static_assert(2LL * EMG_MAX_VOCAB * EMG_MAX_D_MODEL + (long long)EMG_MAX_CONTEXT * EMG_MAX_D_MODEL
+                       + 12LL * EMG_MAX_LAYERS * EMG_MAX_D_MODEL * EMG_MAX_D_MODEL <= INT_MAX,
+               "the largest valid model's parameters are int-indexable");
+_Static_assert((long long)EMG_MAX_D_MODEL / 4 * EMG_MAX_CONTEXT * EMG_MAX_CONTEXT <= INT_MAX,
+               "the largest attention array is int-indexable");
 static int supports(const emg_shape *sh) {
-    const double d = sh->d_model;
-    return 2.0 * sh->vocab * d + (double)sh->context * d + 12.0 * sh->n_layers * d * d <= (double)INT_MAX;
+    (void)sh;
+    return 1;
 }
 
 /* Points every activation array into one block at base, in order, and returns the floats they take. init
@@ -254,7 +259,7 @@ static void release(emg_session *s) { free(s->block); } /* also after a failed i
 static void params_changed(emg_session *s) { (void)s; } /* no derived copies of the weights */
 
 /* Returns the mean loss and fills s->core.grads, even when not asked to: one code path (the layer ignores it). */
-static float loss_and_grad(emg_session *s, int batch, const uint8_t *tokens, const uint8_t *lengths, int want_grads) {
+static float loss_and_grad(emg_session *s, int batch, const uint8_t *tokens, const uint16_t *lengths, int want_grads) {
     (void)want_grads;
     int n_live = 0;
     for (int b = 0; b < batch; b++) n_live += lengths[b] - 1;
@@ -268,16 +273,18 @@ static float loss_and_grad(emg_session *s, int batch, const uint8_t *tokens, con
     return loss;
 }
 
-/* Adam, as the ABI header specifies; the layer has already counted the step. */
+/* AdamW with the session's optimiser, as the ABI header specifies; the layer has already clipped the gradient
+ * and counted the step. */
 static void adam(emg_session *s, float lr) {
     emg_core *c = &s->core;
-    float bc1 = (float)(1.0 - pow(EMG_ADAM_BETA1, (double)c->step));
-    float bc2 = (float)(1.0 - pow(EMG_ADAM_BETA2, (double)c->step));
+    const float b1 = c->opt.beta1, b2 = c->opt.beta2, eps = c->opt.eps;
+    const float bc1 = (float)(1.0 - pow(b1, (double)c->step)), bc2 = (float)(1.0 - pow(b2, (double)c->step));
+    const float decay = (float)(1.0 - (double)lr * c->opt.weight_decay); /* exactly 1 without decay */
     for (long j = 0; j < c->layout.n_params; j++) {
         float g = c->grads[j];
-        c->adam_m[j] = EMG_ADAM_BETA1 * c->adam_m[j] + (1.0f - EMG_ADAM_BETA1) * g;
-        c->adam_v[j] = EMG_ADAM_BETA2 * c->adam_v[j] + (1.0f - EMG_ADAM_BETA2) * g * g;
-        c->params[j] -= lr * (c->adam_m[j] / bc1) / (sqrtf(c->adam_v[j] / bc2) + EMG_ADAM_EPS);
+        c->adam_m[j] = b1 * c->adam_m[j] + (1.0f - b1) * g;
+        c->adam_v[j] = b2 * c->adam_v[j] + (1.0f - b2) * g * g;
+        c->params[j] = c->params[j] * decay - lr * (c->adam_m[j] / bc1) / (sqrtf(c->adam_v[j] / bc2) + eps);
     }
 }
 

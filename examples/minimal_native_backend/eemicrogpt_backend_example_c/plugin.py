@@ -42,5 +42,5 @@ def eemicrogpt_backends() -> Iterator[BackendSpec]:
         factory=_factory,
         supports=library_supports(_library),  # the shapes are the C library's emg_supports
         max_batch=MAX_NATIVE_BATCH,
-        envelope="any valid shape of up to 2^31 - 1 parameters",
+        envelope="any valid shape",
     )

@@ -1,11 +1,12 @@
-"""The session: the training state, train_steps (loss before update, one Adam update per step) and checks."""
+"""The session: the training state, the optimiser's settings, train_steps (loss before update, one AdamW update per
+step) and checks."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from eemicrogpt_core.backends.backend import STATE_ARRAYS, TrainState
-from eemicrogpt_core.model.optim import adam_update
+from eemicrogpt_core.model.optim import DEFAULT_OPTIMIZER, OptimizerSettings, adam_update
 from eemicrogpt_core.model.shape import ModelShape
 
 from .maths import loss_and_grads
@@ -19,6 +20,12 @@ class ExampleSession:
             raise ValueError(f"example_py computes in float32, not {dtype}")
         self.shape = shape
         self.state = TrainState.fresh(np.zeros(shape.n_params, np.float32))
+        self.opt = DEFAULT_OPTIMIZER
+
+    def set_optimizer(self, opt: OptimizerSettings) -> None:
+        """Optional (the core refuses other settings to sessions without it): betas, eps, decay and clipping for
+        every later update. The core has checked the values."""
+        self.opt = opt
 
     def set_state(self, state: TrainState) -> None:
         # Copies: the caller keeps its arrays, and float64 input becomes the float32 the session works in.
@@ -38,7 +45,7 @@ class ExampleSession:
                 if not np.isfinite(loss):
                     raise FloatingPointError(f"non-finite loss {loss} at step {s.step + 1}; state left at step "
                                              f"{s.step}")
-                adam_update(s.params, grads, s.adam_m, s.adam_v, s.step + 1, float(lr))
+                adam_update(s.params, grads, s.adam_m, s.adam_v, s.step + 1, float(lr), self.opt)
                 s.step += 1
                 losses[i] = loss
         for name in STATE_ARRAYS:
