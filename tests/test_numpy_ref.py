@@ -247,7 +247,7 @@ def test_set_optimizer_reaches_the_update_and_refuses_bad_values() -> None:
     plain.train_steps(tokens, lengths, lrs)
     np.testing.assert_array_equal(runs["default"], plain.get_state().params)
     assert not np.array_equal(runs["all"], runs["default"])
-    with pytest.raises(ValueError, match=r"optimiser beta2 must be in \[0, 1\), got 1.0"):
+    with pytest.raises(ValueError, match=r"optimiser beta2 must be in \[0, 1\) \(as a float32\), got 1.0"):
         session(shape, "float32", start).set_optimizer(OptimizerSettings(beta2=1.0))
 
 

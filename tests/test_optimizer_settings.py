@@ -76,11 +76,14 @@ def test_the_keys_default_to_the_original_adam() -> None:
 
 
 @pytest.mark.parametrize(("keys", "message"), [
-    ({"adam_beta1": 1}, "t.yaml: adam_beta1 must be in [0, 1), got 1.0"),
-    ({"adam_beta2": -0.1}, "t.yaml: adam_beta2 must be in [0, 1), got -0.1"),
-    ({"adam_eps": 0}, "t.yaml: adam_eps must be > 0 and finite, got 0.0"),
-    ({"weight_decay": -1}, "t.yaml: weight_decay must be >= 0 and finite (0 is off), got -1.0"),
-    ({"grad_clip": 1e31}, "t.yaml: grad_clip must be >= 0 and finite (0 is off), got 1e+31"),
+    ({"adam_beta1": 1}, "t.yaml: adam_beta1 must be in [0, 1) (as a float32), got 1.0"),
+    ({"adam_beta2": -0.1}, "t.yaml: adam_beta2 must be in [0, 1) (as a float32), got -0.1"),
+    ({"adam_eps": 0}, "t.yaml: adam_eps must be > 0 and finite (as a float32), got 0.0"),
+    ({"weight_decay": -1}, "t.yaml: weight_decay must be >= 0 and finite, below 1e+30 (0 is off), got -1.0"),
+    ({"grad_clip": 1e31}, "t.yaml: grad_clip must be >= 0 and finite, below 1e+30 (0 is off), got 1e+31"),
+    # judged as float32, as the native backends receive them: these round onto a refused value
+    ({"adam_beta1": 0.999999999}, "t.yaml: adam_beta1 must be in [0, 1) (as a float32), got 0.999999999"),
+    ({"adam_eps": 1e-46}, "t.yaml: adam_eps must be > 0 and finite (as a float32), got 1e-46"),
     ({"grad_clip": float("inf")}, "t.yaml: grad_clip must be a finite number, got inf"),
     ({"weight_decay": "lots"}, "t.yaml: weight_decay must be a number, got str 'lots'"),
 ])
@@ -91,7 +94,7 @@ def test_bad_values_are_one_line_naming_the_key(keys: dict[str, object], message
 
 
 @pytest.mark.parametrize(("args", "fragment"), [
-    (["--adam-beta2", "1"], "command line: adam_beta2 must be in [0, 1), got 1.0"),
+    (["--adam-beta2", "1"], "command line: adam_beta2 must be in [0, 1) (as a float32), got 1.0"),
     (["--weight-decay", "-0.5"], "command line: weight_decay must be >= 0"),
     (["--grad-clip", "nan"], "command line: grad_clip must be a finite number, got nan"),
 ])
@@ -108,7 +111,7 @@ def test_the_session_wrapper_checks_the_settings() -> None:
     assert entry is not None
     with open_session(entry, ModelShape(16), 4) as session:
         assert session.takes_optimizer
-        with pytest.raises(BatchError, match=r"optimiser eps must be > 0 and finite, got -1.0"):
+        with pytest.raises(BatchError, match=r"optimiser eps must be > 0 and finite \(as a float32\), got -1.0"):
             session.set_optimizer(OptimizerSettings(eps=-1.0))
 
 
@@ -142,7 +145,8 @@ def test_train_keywords_reach_the_session(tmp_path: Path, names_file: Path, give
                            out=str(tmp_path / "run"), progress=False, **RECIPE)
     assert given[-1] == RECIPE_OPT and run.config.optimizer() == RECIPE_OPT
     assert eemicrogpt.load(run.run_dir).config.optimizer() == RECIPE_OPT
-    with pytest.raises(ConfigError, match=r"^train\(\) keys: adam_beta1 must be in \[0, 1\), got 1.5$"):
+    refused = r"^train\(\) keys: adam_beta1 must be in \[0, 1\) \(as a float32\), got 1.5$"
+    with pytest.raises(ConfigError, match=refused):
         eemicrogpt.train(data=names_file, backend="numpy_ref", d_model=16, steps=10, adam_beta1=1.5,
                          out=str(tmp_path / "bad"), progress=False)
     assert not (tmp_path / "bad").exists()

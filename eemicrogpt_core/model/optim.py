@@ -85,18 +85,23 @@ class OptimizerSettings:
     grad_clip: float = 0.0
 
     def problem(self) -> tuple[str, str] | None:
-        """(field, what is wrong) for the first setting outside its range, else None (NaN is outside)."""
-        ranges = (("beta1", 0.0, 1.0, "in [0, 1)"), ("beta2", 0.0, 1.0, "in [0, 1)"))
-        for name, low, high, words in ranges:
-            value = getattr(self, name)
-            if not low <= value < high:
-                return name, f"must be {words}, got {value!r}"
-        if not 0.0 < self.eps < OPTIMIZER_MAX:
-            return "eps", f"must be > 0 and finite, got {self.eps!r}"
+        """(field, what is wrong) for the first setting outside its range, else None (NaN is outside).
+
+        Each value is judged as the native backends receive it, rounded to float32: beta1 = 1 - 1e-9 rounds to
+        1 and eps = 1e-46 to 0, which emg_set_optimizer refuses."""
+
+        def as_float32(name: str) -> float:
+            with np.errstate(over="ignore"):
+                return float(np.float32(getattr(self, name)))
+
+        for name in ("beta1", "beta2"):
+            if not 0.0 <= as_float32(name) < 1.0:
+                return name, f"must be in [0, 1) (as a float32), got {getattr(self, name)!r}"
+        if not 0.0 < as_float32("eps") < OPTIMIZER_MAX:
+            return "eps", f"must be > 0 and finite (as a float32), got {self.eps!r}"
         for name in ("weight_decay", "grad_clip"):
-            value = getattr(self, name)
-            if not 0.0 <= value < OPTIMIZER_MAX:
-                return name, f"must be >= 0 and finite (0 is off), got {value!r}"
+            if not 0.0 <= as_float32(name) < OPTIMIZER_MAX:
+                return name, f"must be >= 0 and finite, below {OPTIMIZER_MAX:g} (0 is off), got {getattr(self, name)!r}"
         return None
 
     @property
