@@ -180,8 +180,8 @@ def test_env_backend_is_used_and_flag_wins(names_file: Path, tmp_path: Path) -> 
         ({"bad.txt": "anna\nb\x01b\n"}, ["--data", "{tmp}/bad.txt"], ["bad.txt:2", "control character U+0001"]),
         ({"many.txt": MANY_CHARACTERS}, ["--data", "{tmp}/many.txt"],
          ["256 distinct characters", "at most 255", "The 1 rarest: Ő;"]),
-        ({"c.yaml": "n_layers: 9\n"}, ["--config", "{tmp}/c.yaml"], ["n_layers must be 1..8, got 9"]),
-        ({"c.yaml": "context: 65\n"}, ["--config", "{tmp}/c.yaml"], ["context must be 1..64, got 65"]),
+        ({"c.yaml": "n_layers: 13\n"}, ["--config", "{tmp}/c.yaml"], ["n_layers must be 1..12, got 13"]),
+        ({"c.yaml": "context: 257\n"}, ["--config", "{tmp}/c.yaml"], ["context must be 1..256, got 257"]),
         ({"c.yaml": "d_model: [16\n"}, ["--config", "{tmp}/c.yaml"], ["c.yaml:", "malformed YAML"]),
         ({"c.yaml": "d_modle: 16\n"}, ["--config", "{tmp}/c.yaml"], ["unknown key 'd_modle'", "c.yaml"]),
         ({}, ["--config", "{tmp}/absent.yaml"], ["absent.yaml: no such file, and not a shipped config "
@@ -295,8 +295,8 @@ def test_a_width_flag_brings_its_preset(monkeypatch: pytest.MonkeyPatch, names_f
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--n-layers", "9"], "command line: n_layers must be 1..8, got 9"),
-        (["--context", "0"], "command line: context must be 1..64, got 0"),
+        (["--n-layers", "13"], "command line: n_layers must be 1..12, got 13"),
+        (["--context", "0"], "command line: context must be 1..256, got 0"),
         (["--val-fraction", "1"], "command line: val_fraction must be a finite number in [0, 1), got 1.0"),
         (["--dtype", "int8"], "command line: dtype must be one of float32, float64, float16, got 'int8'"),
         (["--d-model", "30"], "command line: n_heads must divide d_model 30, got 4"),

@@ -48,14 +48,14 @@ def test_a_field_without_a_setting_is_refused() -> None:
 
 
 def test_depth_and_context_bounds_are_the_c_abis() -> None:
-    assert (abi.MAX_LAYERS, abi.MAX_CONTEXT) == (8, 64)  # the envelope every backend covers
+    assert (abi.MAX_LAYERS, abi.MAX_CONTEXT) == (12, 256)  # the ABI's bounds (backends say what they run)
     cfg = load_config(None, {"n_layers": 8, "context": 64})
     assert (cfg.n_layers, cfg.context) == (8, 64)
     assert (TrainConfig().n_layers, TrainConfig().context, TrainConfig().lowercase) == (1, 16, False)
-    with pytest.raises(ConfigError, match=r"^command line: n_layers must be 1\.\.8, got 9$"):
-        load_config(None, {"n_layers": 9})
-    with pytest.raises(ConfigError, match=r"^command line: context must be 1\.\.64, got 65$"):
-        load_config(None, {"context": 65})
+    with pytest.raises(ConfigError, match=r"^command line: n_layers must be 1\.\.12, got 13$"):
+        load_config(None, {"n_layers": 13})
+    with pytest.raises(ConfigError, match=r"^command line: context must be 1\.\.256, got 257$"):
+        load_config(None, {"context": 257})
 
 
 @pytest.mark.parametrize("value", [0, 0.0, 0.5, 0.999])
@@ -143,13 +143,13 @@ def test_wrong_types(tmp_path: Path, text: str, pattern: str) -> None:
         ("time_budget: .nan\n", r"time_budget must be a finite number"),
         ("lr: .inf\n", r"lr must be a finite number >= 0, got inf"),
         ("n_heads: 0\n", r"run\.yaml: n_heads must be >= 1, got 0"),
-        ("n_layers: 0\n", r"run\.yaml: n_layers must be 1\.\.8, got 0"),
-        ("context: 0\n", r"run\.yaml: context must be 1\.\.64, got 0"),
+        ("n_layers: 0\n", r"run\.yaml: n_layers must be 1\.\.12, got 0"),
+        ("context: 0\n", r"run\.yaml: context must be 1\.\.256, got 0"),
         ("d_model: 0\n", r"run\.yaml: d_model must be >= 1, got 0"),
         ("d_model: 2000\n", r"run\.yaml: d_model must be <= 1,024, got 2,000"),
         ("val_fraction: -0.1\n", r"val_fraction must be a finite number in \[0, 1\)"),
-        ("n_layers: 9\n", r"n_layers must be 1\.\.8, got 9"),
-        ("context: 65\n", r"context must be 1\.\.64, got 65"),
+        ("n_layers: 13\n", r"n_layers must be 1\.\.12, got 13"),
+        ("context: 257\n", r"context must be 1\.\.256, got 257"),
         ("lowercase: 1\n", r"lowercase must be true or false"),
         ("dtype: int8\n", r"dtype must be one of float32, float64, float16"),
         ("seed: -1\n", r"seed must be >= 0"),
