@@ -19,7 +19,7 @@
 enum { ADAM_G2_SQUARE_FIRST, ADAM_G2_SCALE_FIRST };
 
 /* The pass itself. `decays` is a constant of each call site, so the loop without decay has no multiply
- * more than Adam's (the default optimiser's step runs exactly the instructions it ran before AdamW). */
+ * more than Adam's (the default optimiser's step runs the loop it ran before AdamW). */
 EMG_INLINE void adam_pass(float *restrict params, const float *restrict grads, float *restrict m, float *restrict v,
                           long n, const emg_optimizer *opt, int64_t step, float lr, const int g2, const int decays) {
     const float beta1 = opt->beta1, beta2 = opt->beta2, eps = opt->eps;
