@@ -219,8 +219,9 @@ DEFAULT_OPTIMIZER_CASES: dict[str, OptimizerSettings] = {
     "decay": OptimizerSettings(weight_decay=2.0),
     "moments": OptimizerSettings(beta1=0.9, beta2=0.95, eps=1e-4),
 }
-# Each case must move the reference itself by this many times the bound it is judged with (the same steps with the
-# default optimiser, from the same state), so a backend that ignored the setting would fail the check.
+# Each case must move the reference's trajectory windows by this many times the bound they are judged with (the same
+# steps with the default optimiser, from the same state), so a backend that ignored the setting would fail there.
+# (One update moves a parameter by lr at most, so the one-step check asks less: see its test.)
 OPTIMIZER_POWER = 2.0
 
 
@@ -601,8 +602,9 @@ class BackendConformance:
             got = session.get_state()
         self.check_one_step(f"d{d_model}", got, want)
 
-    def check_one_step(self, tag: str, got: TrainState, want: TrainState) -> None:
-        """test_one_adam_step_matches_reference's bounds on the state after one update from step 5."""
+    def check_one_step(self, tag: str, got: TrainState, want: TrainState) -> float:
+        """test_one_adam_step_matches_reference's bounds on the state after one update from step 5; returns the
+        largest parameter error (in units of lr)."""
         assert got.step == want.step == 6
         param_err = float(np.max(np.abs(got.params.astype(np.float64) - want.params))) / self.adam_lr
         m_err = relative_errors(got.adam_m, want.adam_m)[1]
@@ -612,6 +614,7 @@ class BackendConformance:
             f"{tag}: the parameters are off by {param_err:.2e} x lr (bound {self.tol('adam_param')})"
         assert m_err <= self.tol("adam_moment") and v_err <= self.tol("adam_moment"), \
             f"{tag}: the moments are off by {max(m_err, v_err):.2e} (bound {self.tol('adam_moment')})"
+        return param_err
 
     def test_optimizer_step_matches_reference(self, d_model: int, optimizer_case: str) -> None:
         """One update with the case's optimiser from a state with Adam history, against spec_training; the
@@ -632,9 +635,13 @@ class BackendConformance:
               f"by {power:.2e} x lr")
         assert opt.grad_clip == 0 or norms[0] > opt.grad_clip, \
             f"grad_clip {opt.grad_clip:g} does not engage (gradient norm {norms[0]:.3g}): choose a smaller one"
-        assert power > OPTIMIZER_POWER * self.tol("adam_param"), \
-            f"the {optimizer_case} settings barely change an update ({power:.2e} x lr): the check could not fail"
-        self.check_one_step(f"d{d_model} {optimizer_case}", got, want)
+        error = self.check_one_step(f"d{d_model} {optimizer_case}", got, want)
+        # One update moves each parameter by about lr at most, so the gap is at most ~1 x lr (0.3-1.1 here:
+        # clipping at d16 the least); the fp16 bound is 0.2. A backend that ignored the setting would land
+        # `power` from the spec, give or take its own error: the check can fail when that still exceeds the bound.
+        assert power - error > self.tol("adam_param"), \
+            f"the {optimizer_case} settings change an update by only {power:.2e} x lr, within the bound " \
+            f"{self.tol('adam_param')} plus this backend's error {error:.2e}: the check could not fail"
 
     def test_loss_trajectory_matches_reference(self, d_model: int) -> None:
         """Training follows numpy_ref float64, judged where that is free of chaos.
