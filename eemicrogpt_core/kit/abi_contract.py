@@ -55,7 +55,7 @@ INVALID_SHAPES = ((16, 3, 1, 27, 16), (16, 8, 1, 27, 16), (0, 4, 1, 27, 16), (-1
 # Settings emg_set_optimizer must refuse, each breaking one range of emg_optimizer (NaN in every field; 1 - 1e-9
 # is below 1 in double but 1.0 as the float32 the library receives).
 _NAN, _INF = float("nan"), float("inf")
-BAD_OPTIMIZERS = tuple(OptimizerSettings(**{field: value}) for field, value in (  # type: ignore[arg-type]
+BAD_OPTIMIZERS = tuple(OptimizerSettings(**{field: value}) for field, value in (
     ("beta1", _NAN), ("beta1", 1.0), ("beta1", 1.0 - 1e-9), ("beta1", -0.1), ("beta2", _NAN), ("beta2", 1.0),
     ("beta2", -1e-3), ("eps", _NAN), ("eps", 0.0), ("eps", -1e-8), ("eps", _INF), ("weight_decay", _NAN),
     ("weight_decay", -0.1), ("weight_decay", _INF), ("grad_clip", _NAN), ("grad_clip", -1.0), ("grad_clip", _INF),
