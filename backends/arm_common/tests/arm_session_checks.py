@@ -105,7 +105,7 @@ class Step:
         """From the start state, one step with these settings (None: never set)."""
         self.session.set_state(self.state)
         if opt is not None:
-            self.session.inner.set_optimizer(opt)
+            self.session.set_optimizer(opt)
         self.session.train_steps(self.tokens, self.lengths, np.array([LR], np.float32))
         return self.session.get_state()
 
