@@ -197,7 +197,8 @@ def _batch(batch=4, shape=SHAPE):
         (lambda t, n: (t, np.full_like(n, 1)), "length 1 is outside 2..17"),
         (lambda t, n: (t, np.full_like(n, 18)), "length 18 is outside 2..17"),
         (lambda t, n: (t, n[:2].copy()), "disagree"),
-        (lambda t, n: (np.zeros((9, 17), np.uint8), np.full(9, 3, np.uint16)), "exceeds this session's capacity"),
+        (lambda t, n: (np.zeros((9, 17), np.uint8), np.full(9, 3, np.uint16)),
+         "exceeds the capacity of 8 the backend session"),
         (lambda t, n: (t.tolist(), n), "must be a numpy array"),
     ],
 )

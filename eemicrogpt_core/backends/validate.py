@@ -42,7 +42,7 @@ def validate_batch(tokens: object, lengths: object, shape: ModelShape, *, steps:
         raise BatchError(f"empty batch: tokens shape {tokens.shape}")
     batch = tokens.shape[-2]
     if max_batch is not None and batch > max_batch:
-        raise BatchError(f"batch {batch} exceeds this session's capacity of {max_batch}")
+        raise BatchError(f"batch {batch} exceeds the capacity of {max_batch} the backend session was opened with")
     if int(tokens.max()) >= shape.vocab:
         raise BatchError(f"token {int(tokens.max())} is out of range: the vocabulary has {shape.vocab} tokens "
                          f"(0..{shape.vocab - 1})")
