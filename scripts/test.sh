@@ -26,7 +26,7 @@ export EEMICROGPT_REQUIRE_BACKENDS
 echo "backends required on this CPU: $EEMICROGPT_REQUIRE_BACKENDS"
 # The optional modules setup.sh installs: a test needing one fails, not skips, when it cannot be imported.
 export EEMICROGPT_REQUIRE_EXTRAS=torch,safetensors,tensorboard,wandb,onnx,onnxruntime
-pytest -q tests backends/*/tests examples/*/tests
+pytest -q --durations=15 tests backends/*/tests examples/*/tests
 
 section "wheels: core and every backend built, installed from the wheelhouse alone into a clean venv, CLI run"
 bash scripts/wheels.sh

@@ -257,6 +257,13 @@ def test_an_optimizer_case_that_changes_nothing_is_refused() -> None:
         tiny.test_optimizer_training_follows_reference(16, "tiny")
 
 
+def test_optimizer_trajectories_need_a_window_with_adam_history() -> None:
+    # Parameters are judged only in windows after step 0, so with one window the settings could not show.
+    one_window = kit("numpy_ref", trajectory_steps=8, trajectory_windows=1)
+    with pytest.raises(AssertionError, match="every trajectory window starts at step 0"):
+        one_window.test_optimizer_training_follows_reference(16, "clip")
+
+
 def test_non_finite_refusal_must_say_so() -> None:
     # Raising is not enough: the error must be the non-finite one, or a real bug would pass as a refusal.
     with pytest.raises(ValueError, match="something went wrong"):

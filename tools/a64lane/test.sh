@@ -66,7 +66,7 @@ run_pass() { # run_pass ID DIR CPU OPTS: one emulated CPU of one backend; non-ze
     --unavailable "$unavailable" || rc=1
   [[ -n "$select" ]] && select_args=(-k "${select//,/ or }")
   if [[ "$tests" == yes ]]; then
-    timed "$name/$cpu/pytest" "${PY[@]}" -m pytest -q -p no:cacheprovider -rs "${select_args[@]}" "$dir/tests" || rc=1
+    timed "$name/$cpu/pytest" "${PY[@]}" -m pytest -q -p no:cacheprovider -rs --durations=12 "${select_args[@]}" "$dir/tests" || rc=1
   fi
   if [[ "$train" == yes ]]; then
     while read -r line; do

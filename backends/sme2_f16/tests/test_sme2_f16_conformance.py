@@ -38,6 +38,13 @@ class TestSme2F16Conformance(BackendConformance):
     grad_rel_max_tol: ClassVar[float | None] = 0.12
     trajectory_steps = 8
     trajectory_windows = 1
+    skip: ClassVar[dict[str, list[str]]] = {
+        # The step's optimiser is sme2_f32's (sme2_common/sme2_step.c, arm_adam.h), whose suite runs these
+        # trajectories; here the one-step optimiser checks run.
+        "its only trajectory window starts at step 0, where parameters are not judged": [
+            "test_optimizer_training_follows_reference"
+        ],
+    }
     # One shape beyond the per-d_model checks: vocabulary 256 (the dlogits product drains four 64-term fp16
     # chunks) and the full context 64. The step's shape handling is sme2_f32's code, which runs the whole
     # matrix; emulated fp16 FMOPA is slow.
