@@ -101,6 +101,14 @@ def test_trajectory_spread_measures_a_right_backend_as_close() -> None:
     assert all(math.isfinite(v) and 0 <= v < 1e-4 for v in figures), figures
 
 
+def test_generate_speed_times_every_kind_of_generation() -> None:
+    (row,) = json.loads(run("benchmarks/generate_speed.py", "--smoke", "--slide", "3", "--json"))
+    assert row["shape"].startswith("d16,")
+    kinds = {"text_in_context", "text_100", "text_100_slide_1", "text_100_slide_3", "names"}
+    assert set(row) - {"shape"} == kinds
+    assert all(math.isfinite(row[k]) and row[k] > 0 for k in kinds), row
+
+
 def test_bench_numpy_prints_its_row() -> None:
     out = run("backends/numpy_ref/bench_numpy.py", "--smoke")
     assert re.search(r"^ +16 +[\d.]+ +[\d.]+ +\d+$", out, re.M), out

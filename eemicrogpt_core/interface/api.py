@@ -82,11 +82,12 @@ class Run:
 
     def generate(self, prompt: str | None = None, max_new_tokens: int = DEFAULT_NEW_TOKENS,
                  temperature: float = TEXT_TEMPERATURE, top_k: int | None = None, top_p: float | None = None,
-                 seed: int | None = None, slide: int = 1) -> str:
+                 seed: int | None = None, slide: int | None = None) -> str:
         """A text model's continuation of prompt (default: a newline if the text has one, else its first
-        character): max_new_tokens characters, the prompt not included. Past the context the window is cropped
-        to the last `context` characters before each new one, as nanoGPT does; slide s > 1 drops s at a time
-        instead (faster; a character then sees context - s + 1 to context characters)."""
+        character): max_new_tokens characters, the prompt not included. Past the context a full window drops
+        `slide` characters at a time (default: a quarter of the context; a character then sees between 3/4 of
+        the context and all of it); slide=1 crops to the last `context` characters before each new one, as
+        nanoGPT does (every character then runs the whole window: several times slower)."""
         text = default_prompt(self.vocab) if prompt is None else unicodedata.normalize("NFC", prompt)
         (chars,) = text_continuations(self.params, self.shape, self.vocab, text, max_new_tokens, 1,
                                       Choice(temperature, top_k, top_p), seed, slide)

@@ -310,8 +310,8 @@ def sample_cmd(
                                                        f"(default {DEFAULT_NEW_TOKENS}; "
                                                        f"1..{MAX_NEW_TOKENS:,})")] = None,
     slide: Annotated[int | None, typer.Option(help="text: past the context, drop this many characters of the "
-                                              "window at a time (default 1: crop before every character, as "
-                                              "nanoGPT; larger is faster, each character then sees fewer)")] = None,
+                                              "window at a time (default: a quarter of the context; 1 crops "
+                                              "before every character, as nanoGPT, several times slower)")] = None,
     out: Annotated[Path | None, typer.Option(help="write to this new file (never overwritten)")] = None,
     best: Annotated[bool, typer.Option("--best", help=_BEST_HELP)] = False,
 ) -> None:

@@ -89,8 +89,7 @@ def sample_lines(ckpt: Checkpoint, opts: SampleOptions) -> Iterable[str]:
     choice = Choice(TEXT_TEMPERATURE if opts.temperature is None else opts.temperature, opts.top_k, opts.top_p)
     n = TEXT_N if opts.n is None else opts.n
     new = DEFAULT_NEW_TOKENS if opts.max_new_tokens is None else opts.max_new_tokens
-    texts = text_continuations(params, shape, vocab, prompt, new, n, choice, opts.seed,
-                               1 if opts.slide is None else opts.slide)
+    texts = text_continuations(params, shape, vocab, prompt, new, n, choice, opts.seed, opts.slide)
     return _joined(prompt, texts, n)
 
 

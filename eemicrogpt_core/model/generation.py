@@ -1,13 +1,15 @@
 """Token generation over the key/value cache: batches of bounded memory, and the window past the context.
 
-Past the context the window is cropped to the last `context` tokens before every new token by default
-(slide 1), as nanoGPT's sample.py does, so each token is predicted from exactly the tokens a window of
-training would have shown. Positions are learned embeddings, so a cropped window moves every token to a new
-position and nothing of the cache can be kept: each token past the context costs one full forward of
-`context` positions instead of one position (benchmarks/generate_speed.py measures both). A larger slide s
-drops s tokens at once when the window is full and grows it one position at a time again: about s times
-fewer full forwards, but a token then sees between context - s + 1 and context tokens, not always context.
-BLAS runs on one thread meanwhile (base/blas.py): these matrices are too small to share.
+Positions are learned embeddings, so once the window is full, moving it moves every token to a new position
+and nothing of the cache can be kept. nanoGPT's sample.py crops the window to the last `context` tokens
+before every new token (slide 1 here): each token past the context then costs one full forward of `context`
+positions instead of one position, about 90 MFLOP a character at d128/4 layers/context 64 (a few hundred
+characters a second on one core). So by default (`default_slide`) a full window drops a quarter of its
+tokens at once and grows one cached position at a time again: one full forward of three quarters of the
+window per context/4 tokens, and each token is predicted from between 3/4 of the context plus one and the
+whole context.
+benchmarks/generate_speed.py measures both. BLAS runs on one thread meanwhile (base/blas.py): these matrices
+are too small to share.
 """
 
 from __future__ import annotations
@@ -23,6 +25,12 @@ from .shape import ModelShape
 
 BATCH_BYTES = 64 * 2**20  # the working memory of one batch of sequences growing together
 MAX_BATCH_ROWS = 1024  # above this the per-step numpy overhead is already amortised
+SLIDE_SHARE = 4  # the default slide drops context // SLIDE_SHARE tokens when the window is full
+
+
+def default_slide(context: int) -> int:
+    """The tokens a full window drops at once unless told otherwise: a quarter of the context (at least 1)."""
+    return max(1, context // SLIDE_SHARE)
 
 
 def row_bytes(shape: ModelShape) -> int:
@@ -40,11 +48,13 @@ def batch_rows(shape: ModelShape, tokens_per_row: int = 0) -> int:
 
 class Continuation:
     """n sequences growing together from a common start: `logits` are the next token's, `push` appends one;
-    past the context `slide` tokens leave the window at a time (1: crop before every token)."""
+    past the context `slide` tokens leave the window at a time (1: crop before every token; None:
+    default_slide)."""
 
-    def __init__(self, model: CachedModel, start: np.ndarray, slide: int = 1) -> None:
+    def __init__(self, model: CachedModel, start: np.ndarray, slide: int | None = None) -> None:
         self.model = model
         self.context = model.shape.context
+        slide = default_slide(self.context) if slide is None else slide
         if not 1 <= slide <= self.context:
             raise ValueError(f"slide must be 1..{self.context}, got {slide}")
         self.slide = slide
@@ -66,7 +76,7 @@ class Continuation:
 
 
 def continue_tokens(model: CachedModel, start: np.ndarray, new: int, choice: Choice, rng: np.random.Generator,
-                    slide: int = 1) -> Iterator[np.ndarray]:
+                    slide: int | None = None) -> Iterator[np.ndarray]:
     """The next `new` tokens [n] of every row of start [n, t], one array per step."""
     with one_blas_thread():
         run = Continuation(model, start, slide)

@@ -16,7 +16,7 @@ import numpy as np
 
 from ..base.errors import ConfigError
 from .choice import Choice
-from .generation import batch_rows, continue_tokens, draw_items
+from .generation import batch_rows, continue_tokens, default_slide, draw_items
 from .kvcache import CachedModel
 from .reference import StepModel, prefix_batch
 from .shape import ModelShape
@@ -138,12 +138,13 @@ def prompt_tokens(vocab: Vocabulary, prompt: str) -> np.ndarray:
 
 def text_continuations(params: np.ndarray, shape: ModelShape, vocab: Vocabulary, prompt: str,
                        max_new_tokens: int, n: int, choice: Choice, seed: int | None = None,
-                       slide: int = 1) -> Iterator[Iterator[str]]:
+                       slide: int | None = None) -> Iterator[Iterator[str]]:
     """n continuations of prompt, each max_new_tokens characters (the prompt not repeated), past the context
     by dropping `slide` characters of the window at a time (1: nanoGPT's crop to the last `context` before
-    every character; see generation.py). Each continuation is an iterator of its characters, streamed as
-    they are drawn when n is 1; for n > 1 continuations are drawn in batches of bounded memory and each one
-    is complete when yielded. Arguments are checked before anything is drawn."""
+    every character; None: a quarter of the context, generation.default_slide). Each continuation is an
+    iterator of its characters, streamed as they are drawn when n is 1; for n > 1 continuations are drawn in
+    batches of bounded memory and each one is complete when yielded. Arguments are checked before anything
+    is drawn."""
     _check_count(n, "continuations")
     _check_model(shape, vocab, choice)
     if vocab.with_boundary:
@@ -151,6 +152,8 @@ def text_continuations(params: np.ndarray, shape: ModelShape, vocab: Vocabulary,
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, numbers.Integral) \
             or not 1 <= max_new_tokens <= MAX_NEW_TOKENS:
         raise ConfigError(f"max new tokens must be 1..{MAX_NEW_TOKENS:,}, got {max_new_tokens!r}")
+    if slide is None:
+        slide = default_slide(shape.context)
     if isinstance(slide, bool) or not isinstance(slide, numbers.Integral) or not 1 <= slide <= shape.context:
         raise ConfigError(f"slide must be 1..{shape.context} (the model's context), got {slide!r}")
     start = prompt_tokens(vocab, prompt)[-shape.context :]
