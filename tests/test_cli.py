@@ -312,7 +312,7 @@ def test_resume_refuses_new_shape_keys(trained: tuple[Path, Any]) -> None:
     out, _ = trained
     assert_one_line_error(run("train", "--resume", str(out), "--n-layers", "2", "--lowercase"),
                           "drop --n-layers, --lowercase",
-                          "only --backend, --data, --drop-invalid, --log-to, --threads may change")
+                          "only --backend, --data, --drop-invalid, --log-to, --sample-every, --threads may change")
     # a switch is named with the key's own flag: the user may have typed either
     assert_one_line_error(run("train", "--resume", str(out), "--text"), "drop --data-format/--text ")
 

@@ -11,17 +11,17 @@ from typing import Any
 
 import numpy as np
 import pytest
-from reporters import StopAt
+from reporters import Messages, StopAt
 
 from eemicrogpt_core.backends.backend import BackendSpec, ProbeResult, TrainState
 from eemicrogpt_core.backends.hookspec import hookimpl
 from eemicrogpt_core.backends.registry import BackendRegistry, load_registry
-from eemicrogpt_core.base.errors import BackendSelectionError, DataError
+from eemicrogpt_core.base.errors import BackendSelectionError, ConfigError, DataError
 from eemicrogpt_core.data.names import read_names
 from eemicrogpt_core.model.optim import LrSchedule
 from eemicrogpt_core.model.vocab import Vocabulary
 from eemicrogpt_core.training.checkpoint import load_checkpoint
-from eemicrogpt_core.training.config import TrainConfig
+from eemicrogpt_core.training.config import TrainConfig, build_config
 from eemicrogpt_core.training.rundir import RunDir
 from eemicrogpt_core.training.trainer import NullReporter, TrainingDiverged, prepare_data, train
 
@@ -90,6 +90,22 @@ def test_losses_do_not_depend_on_chunk_size(registry: BackendRegistry, cfg: Trai
     a = train(dataclasses.replace(cfg, steps=30, chunk_steps=30), registry)
     b = train(dataclasses.replace(cfg, steps=30, chunk_steps=7), registry)
     assert np.array_equal(a.losses, b.losses)
+
+
+def test_sample_every_prints_samples_at_its_log_lines_and_changes_no_bit(registry: BackendRegistry,
+                                                                          cfg: TrainConfig) -> None:
+    plain = train(cfg, registry)
+    seen = Messages()
+    sampled = train(dataclasses.replace(cfg, sample_every=60), registry, reporter=seen)
+    np.testing.assert_array_equal(sampled.losses, plain.losses)  # drawing samples takes nothing from training
+    np.testing.assert_array_equal(sampled.state.params, plain.state.params)
+    (line,) = seen.messages  # log lines at 30 and 60: a sample at 60 only
+    assert line.startswith("step 60 samples: ") and len(line.split(": ", 1)[1].split(", ")) == 10, line
+
+
+def test_sample_every_must_be_a_multiple_of_log_every(cfg: TrainConfig) -> None:
+    with pytest.raises(ConfigError, match=r"sample_every must be a multiple of log_every \(30\)"):
+        build_config([("command line", {"sample_every": 45})], cfg)
 
 
 def test_real_sigint_stops_at_a_chunk_boundary_and_saves(

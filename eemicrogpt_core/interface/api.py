@@ -19,7 +19,7 @@ from ..base.errors import ConfigError, DataError, OutOfMemoryError
 from ..base.paths import user_path
 from ..data.names import clean_prefix
 from ..model.choice import Choice
-from ..model.sampling import default_prompt, forward_logits, sample_names, text_continuations
+from ..model.sampling import TEXT_TEMPERATURE, default_prompt, forward_logits, sample_names, text_continuations
 from ..model.shape import ModelShape
 from ..model.vocab import Vocabulary
 from ..training import runs
@@ -30,7 +30,7 @@ from ..training.progress import RichReporter
 from ..training.rundir import RunDir
 from ..training.target import TargetOutcome
 from ..training.trainer import NullReporter
-from .sample_output import DEFAULT_NEW_TOKENS, TEXT_TEMPERATURE
+from .sample_output import DEFAULT_NEW_TOKENS
 from .train_keys import TrainKeys
 
 if TYPE_CHECKING:  # typing.Unpack is 3.11+; only type checkers read the annotation

@@ -28,7 +28,7 @@ from ..base.paths import user_path
 from ..base.shipped import description, shipped
 from ..data.datafile import resolve_data_path
 from ..data.names import encode, read_names, split
-from ..model.sampling import MAX_NEW_TOKENS, MAX_SAMPLES
+from ..model.sampling import MAX_NEW_TOKENS, MAX_SAMPLES, NAMES_TEMPERATURE, TEXT_TEMPERATURE, summary_sample
 from ..model.shape import DEFAULT_CONTEXT, NAMES_VOCAB, ModelShape
 from ..model.vocab import Vocabulary
 from ..tools import bench
@@ -42,13 +42,10 @@ from .config_options import flag_of, flags_of, with_config_options
 from .sample_output import (
     DEFAULT_NEW_TOKENS,
     NAMES_N,
-    NAMES_TEMPERATURE,
     TEXT_N,
-    TEXT_TEMPERATURE,
     SampleOptions,
     sample_lines,
     stream,
-    summary_sample,
     write_new,
 )
 from .versions import version_report

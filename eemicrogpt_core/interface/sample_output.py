@@ -9,22 +9,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-import numpy as np
-
 from ..base.atomic import created_file
 from ..base.errors import ConfigError, StorageError, describe_os_error
 from ..data.names import clean_prefix
 from ..model.choice import Choice
-from ..model.sampling import MAX_PROMPT_CHARS, default_prompt, sample_names, text_continuations
-from ..model.shape import ModelShape
-from ..model.vocab import Vocabulary
+from ..model.sampling import (
+    MAX_PROMPT_CHARS,
+    NAMES_TEMPERATURE,
+    TEXT_TEMPERATURE,
+    default_prompt,
+    sample_names,
+    text_continuations,
+)
 from ..training.checkpoint import Checkpoint
 
 NAMES_N, TEXT_N = 20, 1  # -n by default: names, and continuations of a text
-NAMES_TEMPERATURE, TEXT_TEMPERATURE = 0.5, 0.8  # the text default is nanoGPT's sample.py's
 DEFAULT_NEW_TOKENS = 500
 SEPARATOR = "-" * 15  # between continuations when -n asks for several, as nanoGPT prints them
-SUMMARY_TEXT_CHARS = 200
 PROMPT_FILE_BYTES = 4 * MAX_PROMPT_CHARS  # UTF-8 takes at most 4 bytes a character
 
 
@@ -91,16 +92,6 @@ def sample_lines(ckpt: Checkpoint, opts: SampleOptions) -> Iterable[str]:
     new = DEFAULT_NEW_TOKENS if opts.max_new_tokens is None else opts.max_new_tokens
     texts = text_continuations(params, shape, vocab, prompt, new, n, choice, opts.seed, opts.slide)
     return _joined(prompt, texts, n)
-
-
-def summary_sample(params: np.ndarray, shape: ModelShape, vocab: Vocabulary, seed: int) -> str:
-    """The line `train` ends with: ten names, or a short continuation of a text's default prompt."""
-    if vocab.with_boundary:
-        names = sample_names(params, shape, vocab, 10, Choice(NAMES_TEMPERATURE), seed)
-        return "samples: " + ", ".join(names)
-    prompt = default_prompt(vocab)
-    (chars,) = text_continuations(params, shape, vocab, prompt, SUMMARY_TEXT_CHARS, 1, Choice(TEXT_TEMPERATURE), seed)
-    return f"sample: {prompt + ''.join(chars)!r}"
 
 
 def _joined(prompt: str, texts: Iterable[Iterable[str]], n: int) -> Iterable[str]:

@@ -34,6 +34,7 @@ class TrainKeys(TypedDict, total=False):
     patience: int | None
     log_to: str | None
     log_every: int
+    sample_every: int | None
     eval_batches: int
     chunk_steps: int
     out: str | None

@@ -28,6 +28,8 @@ MAX_UNIQUE_TRIES = 50  # rounds of drawing when `unique` asks for more distinct 
 MAX_SAMPLES = 1_000_000
 MAX_NEW_TOKENS = 1_000_000
 MAX_PROMPT_CHARS = 1_000_000  # only the last `context` characters are read; the bound keeps encoding cheap
+NAMES_TEMPERATURE, TEXT_TEMPERATURE = 0.5, 0.8  # the defaults; the text's is nanoGPT's sample.py's
+SUMMARY_TEXT_CHARS = 200  # the text sample summary_sample prints
 
 
 def make_rng(seed: int | None) -> np.random.Generator:
@@ -176,3 +178,14 @@ def _texts(model: CachedModel, vocab: Vocabulary, start: np.ndarray, new: int, n
             out[:, i] = tokens
         for row in out:
             yield iter(vocab.decode(row))
+
+
+def summary_sample(params: np.ndarray, shape: ModelShape, vocab: Vocabulary, seed: int) -> str:
+    """The line `train` ends with (and prints every `sample_every` steps): ten names, or a short continuation
+    of a text's default prompt."""
+    if vocab.with_boundary:
+        names = sample_names(params, shape, vocab, 10, Choice(NAMES_TEMPERATURE), seed)
+        return "samples: " + ", ".join(names)
+    prompt = default_prompt(vocab)
+    (chars,) = text_continuations(params, shape, vocab, prompt, SUMMARY_TEXT_CHARS, 1, Choice(TEXT_TEMPERATURE), seed)
+    return f"sample: {prompt + ''.join(chars)!r}"

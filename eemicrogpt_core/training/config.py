@@ -202,6 +202,9 @@ class TrainConfig:
                               "metrics.jsonl is always written", check=_log_to_problem, null_means="metrics.jsonl only",
                               on_resume=True)
     log_every: int = _key(1000, "steps between log lines, val loss and checkpoints", minimum=1, maximum=MAX_STEPS)
+    sample_every: int | None = _key(None, "also print a sample (ten names, or 200 characters of a text) at the log "
+                                    "lines whose step is a multiple of this (a multiple of log_every)", minimum=1,
+                                    maximum=MAX_STEPS, null_means="never", on_resume=True)
     eval_batches: int = _key(20, "fixed validation batches of `batch` names (or text "
                              "windows) each", minimum=1,
                              maximum=MAX_EVAL_BATCHES)
@@ -350,6 +353,9 @@ def _check_values(cfg: TrainConfig, sources: Mapping[str, str]) -> None:
             fail(key, "needs a validation split: val_fraction must be above 0")
     if cfg.min_lr > cfg.lr:
         fail("min_lr", f"must be at most lr ({cfg.lr:g}), got {cfg.min_lr:g}")
+    if cfg.sample_every is not None and cfg.sample_every % cfg.log_every:
+        fail("sample_every", f"must be a multiple of log_every ({cfg.log_every:,}): samples are drawn at log lines, "
+             f"got {cfg.sample_every:,}")
     if cfg.time_budget is None and cfg.warmup_steps >= cfg.steps:
         fail("warmup_steps", f"must be fewer than steps ({cfg.steps:,}), got {cfg.warmup_steps:,}")
     try:  # the model's rules; any valid vocabulary will do, since the data decides it and no key sets it

@@ -38,6 +38,7 @@ from ..base.errors import (
 )
 from ..data.names import Dataset, SeededSampler, encode, read_names, split
 from ..data.text import TextPart, read_text, split_text
+from ..model.sampling import summary_sample
 from ..model.shape import ModelShape, init_params
 from ..model.vocab import Vocabulary
 from .best import BestSoFar
@@ -469,6 +470,12 @@ class _Run:
     def target(self) -> TargetOutcome | None:
         return TargetOutcome.of(self.cfg.target_loss, self.reached) if self.cfg.target_loss is not None else None
 
+    def sample(self) -> str:
+        """summary_sample of the parameters just logged, seeded by the run's seed and the step (the training's
+        own random streams are not touched)."""
+        line = summary_sample(self.good.state.params, self.shape, self.vocab, self.cfg.seed + self.step)
+        return f"step {self.step:,} {line}"
+
     def log(self) -> dict[str, Any]:
         """Validation loss and a metrics record; the checkpoint is saved with it."""
         state = self.session.get_state()
@@ -636,6 +643,8 @@ def train(
                         run.thread_note = None
                     if run.at_log_step():  # before the progress callback, so an interrupt there keeps the log
                         reporter.log(run.log())
+                        if cfg.sample_every is not None and run.step % cfg.sample_every == 0:
+                            reporter.message(run.sample())
                     if run.at_target and run.target is not None:
                         reporter.message(f"{run.target.describe()} (mean of the last {ROLLING} steps); stopped "
                                          f"at step {run.step:,}, the end of that chunk")
