@@ -43,7 +43,7 @@ from eemicrogpt_core.model.vocab import Vocabulary
 from eemicrogpt_core.training import checkpoint
 from eemicrogpt_core.training.checkpoint import load_checkpoint
 from eemicrogpt_core.training.config import TrainConfig, load_config
-from eemicrogpt_core.training.limits import check_memory
+from eemicrogpt_core.training.limits import check_memory, describe_estimate, estimated_bytes
 from eemicrogpt_core.training.rundir import RunDir
 from eemicrogpt_core.training.trainer import NullReporter, train
 
@@ -538,6 +538,17 @@ def test_memory_estimate_refuses_what_the_machine_cannot_hold() -> None:
     with pytest.raises(ConfigError, match=r"needs about .* GiB .* the machine has 1.0 GiB; lower d_model"):
         check_memory(big, available=2**30)
     check_memory(TrainConfig(), available=2**30)  # the default run fits in 1 GiB easily
+
+
+def test_memory_estimate_follows_the_dtype_and_admits_nanogpts_shape_on_24_gib() -> None:
+    full = TrainConfig(d_model=384, n_heads=6, n_layers=6, context=256, batch=64)  # shakespeare_char's model
+    check_memory(full, available=24 * 2**30)
+    wide = dataclasses.replace(full, dtype="float64")
+    assert 1.9 < estimated_bytes(wide) / estimated_bytes(full) <= 2.0
+    with pytest.raises(ConfigError, match=r"needs about 2\d\.\d GiB .* lower d_model, batch, context"):
+        check_memory(wide, available=24 * 2**30)
+    assert re.fullmatch(r"memory: about \d+\.\d GiB at most \(estimated; the machine has 24\.0 GiB\)",
+                        describe_estimate(full, 65, available=24 * 2**30))
 
 
 @pytest.mark.parametrize(

@@ -8,6 +8,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
+from .limits import describe_estimate
 from .trainer import RunInfo
 
 
@@ -25,6 +26,7 @@ def describe_run(info: RunInfo) -> str:
            else "")
         + (f", {info.n_dropped} lines dropped" if info.n_dropped else ""),
         f"vocabulary {info.vocab.describe()}",
+        describe_estimate(cfg, info.vocab.size),
     ]
     changes = cfg.optimizer_changes()
     if changes:
