@@ -196,6 +196,34 @@ def test_a_fifo_as_data_is_refused_at_once(fifo: Path, tmp_path: Path) -> None:
                    "the names file is a FIFO (named pipe)")
 
 
+@pytest.fixture(scope="module")
+def tiny_text_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A text run (its prompt file is read), trained on a few lines written here."""
+    where = tmp_path_factory.mktemp("text")
+    (where / "text.txt").write_text("to be, or not to be: that is the question.\n" * 200)
+    result = run("train", *TINY, "--text", "--data", str(where / "text.txt"), "--out", str(where / "run"))
+    assert result.exit_code == 0, result.output
+    return where / "run"
+
+
+@pytest.mark.parametrize("special", ["/dev/zero", "fifo", "dir"])
+def test_a_prompt_file_must_be_a_regular_file(special: str, tiny_text_run: Path, fifo: Path, tmp_path: Path) -> None:
+    """A FIFO without a writer as --prompt-file blocked the read forever, silently; a device or a directory is
+    refused as the other files given by path are, and a missing file is named as missing."""
+    path = {"/dev/zero": "/dev/zero", "fifo": str(fifo), "dir": str(tmp_path)}[special]
+    kind = {"/dev/zero": "a device", "fifo": "a FIFO (named pipe)", "dir": "a directory"}[special]
+    args = ["sample", str(tiny_text_run), "--max-new-tokens", "5", "--out", str(tmp_path / "s.txt")]
+    one_line_error(_in_time(lambda: run(*args, "--prompt-file", path)),
+                   f"{path}: the prompt file is {kind}; give the path of a regular file")
+    one_line_error(run(*args, "--prompt-file", str(tmp_path / "missing.txt")),
+                   f"prompt file not found: {tmp_path / 'missing.txt'}")
+    assert not (tmp_path / "s.txt").exists()
+    (tmp_path / "prompt.txt").write_text("to be")
+    result = run(*args, "--prompt-file", str(tmp_path / "prompt.txt"), "--seed", "1")
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "s.txt").read_text().startswith("to be")
+
+
 def test_a_growing_config_is_bounded_by_the_bytes_read(tmp_path: Path) -> None:
     """A config larger than its bound is refused by what was read (a file's st_size is not trusted)."""
     big = tmp_path / "big.yaml"

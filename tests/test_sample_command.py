@@ -115,7 +115,7 @@ def test_text_defaults_and_several_continuations(text_run: Path, tmp_path: Path)
     (["--prefix", "a"], "--prefix is not for this run: it was trained on a text; use --prompt"),
     (["--unique", "--max-len", "4"], "--max-len, --unique are not for this run"),
     (["--prompt", "a", "--prompt-file", "p.txt"], "give --prompt or --prompt-file, not both"),
-    (["--prompt-file", "/nonexistent/p.txt"], "cannot read --prompt-file /nonexistent/p.txt: No such file"),
+    (["--prompt-file", "/nonexistent/p.txt"], "prompt file not found: /nonexistent/p.txt"),
     (["--seed", "-1"], "--seed must be >= 0, got -1"),
     (["--slide", "17"], "slide must be 1..16 (the model's context), got 17"),
 ])

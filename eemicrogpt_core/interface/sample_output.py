@@ -3,6 +3,7 @@ streamed to the terminal as they are drawn or written to a new file that appears
 
 from __future__ import annotations
 
+import os
 import unicodedata
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -11,6 +12,7 @@ from typing import TextIO
 
 from ..base.atomic import created_file
 from ..base.errors import ConfigError, StorageError, describe_os_error
+from ..base.reading import open_regular
 from ..data.names import clean_prefix
 from ..model.choice import Choice
 from ..model.sampling import (
@@ -46,10 +48,13 @@ class SampleOptions:
 
 
 def read_prompt_file(path: Path) -> str:
-    """The prompt file's text, read up to its bound (a FIFO or a device too: bytes are counted as read)."""
+    """The prompt file's text, read up to its bound. It must be a regular file, as every file given by path
+    is: a FIFO without a writer would block the read forever, a device never ends."""
     try:
-        with path.open("rb") as f:
+        with os.fdopen(open_regular(path, "prompt file", ConfigError), "rb") as f:
             data = f.read(PROMPT_FILE_BYTES + 1)
+    except FileNotFoundError:  # not "a parent folder is missing", the advice for a file being written
+        raise ConfigError(f"prompt file not found: {path}") from None
     except OSError as e:
         raise ConfigError(describe_os_error(e, "cannot read --prompt-file")) from None
     if len(data) > PROMPT_FILE_BYTES:
