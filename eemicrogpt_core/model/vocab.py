@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 import string
+import unicodedata
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cached_property
@@ -39,8 +40,12 @@ class Vocabulary:
             raise DataError(f"{len(self.symbols)} distinct characters; at most {most} fit a vocabulary")
         if any(len(ch) != 1 for ch in self.symbols) or list(self.symbols) != sorted(set(self.symbols)):
             raise DataError("a vocabulary's symbols must be distinct single characters in code-point order")
-        if self.with_boundary and "\n" in self.symbols:  # a list's items are lines: none can hold a newline
-            raise DataError("a list's vocabulary cannot hold a newline (items are one line each)")
+        # A list's items are lines of a names file, whose reader refuses control characters: a table holding one
+        # (a newline, a carriage return, an escape) would print names that break lines or drive the terminal.
+        control = [ch for ch in self.symbols if unicodedata.category(ch) == "Cc"]
+        if self.with_boundary and control:
+            raise DataError(f"a list's vocabulary cannot hold control character {_show(control[0])} (items are "
+                            "lines of a names file, which has none)")
 
     @classmethod
     def from_names(cls, names: Iterable[str]) -> Vocabulary:
