@@ -261,8 +261,11 @@ def test_a_checkpoint_that_is_not_a_file_is_refused(target: str, tiny_run_copy: 
     (tiny_run_copy / "checkpoint.npz").symlink_to(target if target != "fifo" else fifo)
     # RunDir.existing wants a file: a FIFO or device checkpoint is refused by its kind wherever it is read.
     export = ["export", str(tiny_run_copy), "--out", str(tmp_path / "w.safetensors")]
-    for args in (["sample", str(tiny_run_copy)], export):
-        one_line_error(_in_time(lambda args=args: run(*args)), "checkpoint.npz")
+    kind = "a device" if target == "/dev/zero" else "a FIFO (named pipe)"
+    for args in (["sample", str(tiny_run_copy)], export):  # not "has no checkpoint.npz": it has one, of a wrong kind
+        one_line_error(_in_time(lambda args=args: run(*args)), f"checkpoint.npz: the checkpoint is {kind}")
+    with pytest.raises(EemicrogptError, match=re.escape(f"checkpoint.npz: the checkpoint is {kind}")):
+        _in_time(lambda: eemicrogpt.load(tiny_run_copy))
     assert not (tmp_path / "w.safetensors").exists()
 
 

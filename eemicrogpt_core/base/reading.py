@@ -13,7 +13,8 @@ from .errors import EemicrogptError, StorageError, describe_os_error
 CHUNK_BYTES = 1 << 20
 
 
-def _kind(mode: int) -> str:
+def file_kind(mode: int) -> str:
+    """What a path that is not a regular file is, from its st_mode (for a one-line refusal)."""
     if stat.S_ISDIR(mode):
         return "a directory"
     if stat.S_ISFIFO(mode):
@@ -38,7 +39,7 @@ def open_regular(path: Path, what: str, error: type[EemicrogptError] = StorageEr
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
-            raise error(f"{path}: the {what} is {_kind(mode)}; give the path of a regular file")
+            raise error(f"{path}: the {what} is {file_kind(mode)}; give the path of a regular file")
         if hasattr(os, "set_blocking"):
             os.set_blocking(fd, True)
     except BaseException:

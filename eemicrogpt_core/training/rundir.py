@@ -14,7 +14,7 @@ from ..base.atomic import append_text, atomic_write_text, remove_stale_temporari
 from ..base.errors import CheckpointError, EemicrogptError, StorageError, describe_os_error
 from ..base.ownership import made_by_eemicrogpt, mark_directory, marker_name
 from ..base.paths import resolved_dir, user_path
-from ..base.reading import read_regular_bytes
+from ..base.reading import file_kind, read_regular_bytes
 from .config import TrainConfig, dump_yaml
 
 try:
@@ -184,6 +184,9 @@ class RunDir:
                                   f"holding {CHECKPOINT_NAME}){hint}")
         if not run.path.is_dir():
             raise CheckpointError(f"run directory not found: {run.path}")
+        if run.checkpoint_path.exists() and not run.checkpoint_path.is_file():  # say a link to /dev/zero
+            raise CheckpointError(f"{run.checkpoint_path}: the checkpoint is "
+                                  f"{file_kind(run.checkpoint_path.stat().st_mode)}, not the file eemicrogpt saves")
         if not run.checkpoint_path.is_file():
             raise CheckpointError(f"{run.path} has no {CHECKPOINT_NAME}: not a run directory (or it never saved)")
         return run
