@@ -73,8 +73,9 @@ def test_out_through_dot_dot_is_judged_where_it_leads(tail: str, names_file: Pat
 def test_the_api_out_through_dot_dot_is_refused_too(names_file: Path, tmp_path: Path) -> None:
     users_dir(tmp_path / "ud8", **USER_FILES)
     before = snapshot(tmp_path)
-    with pytest.raises(EemicrogptError, match="is not empty and was not made by eemicrogpt"):
+    with pytest.raises(EemicrogptError, match="is not empty and was not made by eemicrogpt") as caught:
         eemicrogpt.train(data=names_file, out=str(tmp_path / "ud8" / "sub" / ".."), **API_TINY)
+    assert str(caught.value).startswith(f"out {tmp_path / 'ud8'} is not empty"), caught.value  # the keyword, not --out
     assert snapshot(tmp_path) == before
 
 

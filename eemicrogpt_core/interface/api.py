@@ -39,6 +39,7 @@ if TYPE_CHECKING:  # typing.Unpack is 3.11+; only type checkers read the annotat
 ITEMS_FILE = "data.txt"  # train(data=[...]): the items, kept in the run directory
 
 API_KEYS = "train() keys"  # how errors name the keyword arguments (the CLI says "command line")
+OUT_KEY = "out"  # how errors name the out= keyword (the CLI says "--out")
 
 
 @dataclass(repr=False)
@@ -162,12 +163,13 @@ def train(config: str | Path | None = None, *, data: str | Path | Sequence[str] 
         with tempfile.TemporaryDirectory() as scratch:  # checked and prepared before the run directory exists
             staged = Path(scratch) / ITEMS_FILE
             staged.write_text(text, encoding="utf-8")
-            plan = runs.plan_fresh(registry, cfg, backend=backend, data=str(staged))
+            plan = runs.plan_fresh(registry, cfg, backend=backend, data=str(staged), out_option=OUT_KEY)
         kept = plan.run_dir.path / ITEMS_FILE
         atomic_write_text(kept, text)  # the same bytes, so the checkpoint's data fingerprint holds
         plan.cfg = dataclasses.replace(plan.cfg, data=str(kept))
     else:
-        plan = runs.plan_fresh(registry, cfg, backend=backend, data=str(data) if data is not None else None)
+        plan = runs.plan_fresh(registry, cfg, backend=backend, data=str(data) if data is not None else None,
+                               out_option=OUT_KEY)
     cfg = plan.cfg
     result = runs.execute(plan, registry, RichReporter() if progress else NullReporter())
     return Run(result.state.params, result.shape, result.vocab, cfg, result.run_dir, int(result.state.step),

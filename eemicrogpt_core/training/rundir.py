@@ -75,12 +75,12 @@ def foreign_directory_problem(directory: Path, option: str) -> str | None:
             "or empty directory (eemicrogpt never writes among files it did not create)")
 
 
-def _mkdir(path: Path, exist_ok: bool) -> None:
+def _mkdir(path: Path, exist_ok: bool, option: str = "--out") -> None:
     try:
         path.mkdir(parents=True, exist_ok=exist_ok)
     except FileExistsError:
         if exist_ok:  # a file where the directory should be
-            raise CheckpointError(f"--out {path} exists and is not a directory; choose another --out") from None
+            raise CheckpointError(f"{option} {path} exists and is not a directory; choose another {option}") from None
         raise
     except OSError as e:
         raise StorageError(describe_os_error(e, "cannot create the run directory")) from None
@@ -122,25 +122,27 @@ class RunDir:
         return self.path / BEST_NAME
 
     @classmethod
-    def create(cls, out: str | None, cfg: TrainConfig) -> RunDir:
+    def create(cls, out: str | None, cfg: TrainConfig, option: str = "--out") -> RunDir:
         """A new run directory; refuses one that already holds a run (that is what --resume is for) and one
         with files eemicrogpt did not make. Ownership is decided on where the path leads (resolved_dir) before
-        anything is created, and a creation that fails removes the directory it made."""
+        anything is created, and a creation that fails removes the directory it made. option names `out` in
+        errors (the API's keyword is not the command line's flag)."""
         if not out:
             run = cls(_fresh_default(cfg))
             run._mark_or_remove(made=True)
             return run
-        path = resolved_dir(user_path(out, "--out"))
+        path = resolved_dir(user_path(out, option))
         run = cls(path)
         if run.checkpoint_path.exists():
-            raise CheckpointError(f"{path} already holds a run; continue it with --resume {path} or pick another --out")
+            raise CheckpointError(f"{path} already holds a run; continue it with --resume {path} or pick another "
+                                  f"{option}")
         if path.exists() and not path.is_dir():
-            raise CheckpointError(f"--out {path} exists and is not a directory; choose another --out")
-        problem = foreign_directory_problem(path, "--out")
+            raise CheckpointError(f"{option} {path} exists and is not a directory; choose another {option}")
+        problem = foreign_directory_problem(path, option)
         if problem is not None:
             raise CheckpointError(problem)
         made = not path.exists()
-        _mkdir(path, exist_ok=True)
+        _mkdir(path, exist_ok=True, option=option)
         run._mark_or_remove(made)
         return run
 

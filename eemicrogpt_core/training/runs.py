@@ -80,9 +80,10 @@ class AlreadyFinished:
 
 
 def plan_fresh(registry: BackendRegistry, cfg: TrainConfig, *, backend: str | None = None, data: str | None = None,
-               prepare: Prepare = prepare_data) -> RunPlan:
+               prepare: Prepare = prepare_data, out_option: str = "--out") -> RunPlan:
     """A new run of `cfg` (already built from its sources); backend and data are the caller's explicit choices
-    (a flag, an argument, a sweep's resolved value), which outrank the environment and the config."""
+    (a flag, an argument, a sweep's resolved value), which outrank the environment and the config. out_option
+    names cfg.out in errors."""
     check_memory(cfg)
     check_installed(cfg)
     cfg = dataclasses.replace(cfg, backend=resolve_backend(backend, cfg.backend))
@@ -94,7 +95,7 @@ def plan_fresh(registry: BackendRegistry, cfg: TrainConfig, *, backend: str | No
     # The data decides the vocabulary, and with it the shape a backend must run.
     shape = cfg.model_shape(prepared.vocab.size)
     check_optimizer(registry.select(cfg.backend, shape, cfg.batch, cfg.dtype, cfg.precision), shape, cfg)
-    run = RunDir.create(cfg.out, cfg)
+    run = RunDir.create(cfg.out, cfg, out_option)
     return RunPlan(dataclasses.replace(cfg, out=str(run.path)), run, prepared)
 
 
