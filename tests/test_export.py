@@ -3,6 +3,7 @@ vocabulary, and a model rebuilt from the file alone gives the same logits and th
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 from types import ModuleType
@@ -80,7 +81,8 @@ def test_export_never_replaces_a_file(run: eemicrogpt.Run, tmp_path: Path) -> No
 
 def _vocab(shape: ModelShape) -> Vocabulary:
     """shape.vocab - 1 distinct printable symbols in code-point order (the boundary is the last token)."""
-    return Vocabulary(tuple(chr(ord("A") + i) for i in range(shape.vocab - 1)))
+    printable = (c for c in map(chr, range(ord("A"), 0x250)) if c.isprintable())
+    return Vocabulary(tuple(itertools.islice(printable, shape.vocab - 1)))
 
 
 def _torch_logits(torch: ModuleType, module: Any, tokens: np.ndarray) -> np.ndarray:
@@ -142,6 +144,20 @@ def test_torch_export_loads_into_the_module(torch: ModuleType, run: eemicrogpt.R
     flat = np.concatenate([state[name].numpy().reshape(-1) for name in run.shape.tensor_names])
     assert np.array_equal(flat, run.params)
     _assert_greedy_matches(torch, module, run.params, run.shape, vocab)
+
+
+def test_torch_export_of_a_text_run_loads_with_its_text_vocabulary(torch: ModuleType, tmp_path: Path) -> None:
+    from eemicrogpt_core.tools.torch_model import load_export
+
+    play = tmp_path / "play.txt"
+    play.write_text("to be, or not to be:\nthat is the question.\n" * 40, encoding="utf-8")
+    text = eemicrogpt.train(data=play, data_format="text", d_model=16, context=8, steps=5, log_every=5,
+                            out=str(tmp_path / "t"), progress=False)
+    module, vocab = load_export(text.export(tmp_path / "t.pt", format="torch"))
+    assert vocab == text.vocab and not vocab.with_boundary and module.shape.vocab == vocab.size
+    tokens = np.array([vocab.encode("to be, o")])
+    want = forward_logits(text.params, text.shape, tokens)
+    assert np.max(np.abs(_torch_logits(torch, module, tokens) - want)) <= LOGIT_TOL
 
 
 def test_cli_exports_torch(torch: ModuleType, run: eemicrogpt.Run, tmp_path: Path) -> None:

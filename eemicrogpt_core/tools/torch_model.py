@@ -107,12 +107,16 @@ def load_export(path: str | Path) -> tuple[Any, Vocabulary]:
         module.load_state_dict(payload["state_dict"])
     except (TypeError, RuntimeError, ValueError) as e:
         raise CheckpointError(f"{path}: its shape and tensors do not make a model: {e}".splitlines()[0]) from None
+    symbols = payload["symbols"]
+    # A list's model has one token beyond its symbols (the boundary); a text's has its symbols alone.
+    if not isinstance(symbols, list | tuple) or shape.vocab not in (len(symbols), len(symbols) + 1):
+        count = len(symbols) if isinstance(symbols, list | tuple) else "no list of"
+        raise CheckpointError(f"{path} has {count} symbols for the {shape.vocab} tokens of its model (a list's "
+                              "model has one more, its boundary; a text's the same number)")
     try:
-        vocab = Vocabulary(tuple(payload["symbols"]))
+        vocab = Vocabulary(tuple(symbols), with_boundary=shape.vocab == len(symbols) + 1)
     except (TypeError, DataError) as e:
         raise CheckpointError(f"{path}: its symbols are not a vocabulary: {e}") from None
-    if vocab.size != shape.vocab:
-        raise CheckpointError(f"{path} has {vocab.size} tokens in its vocabulary but {shape.vocab} in its model")
     return module, vocab
 
 
