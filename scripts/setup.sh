@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Set up a fresh Debian 12 machine for eemicrogpt: system build tools, a venv in .venv, the core and every
 # backend that builds here (ARM backends install as pure Python on x86 and report themselves unavailable).
-# Idempotent: re-running only reinstalls the project's own packages. Prints a line per step; the full
-# output of each step goes to .venv/setup-logs/ and is shown only when the step fails.
+# Idempotent: re-running reinstalls the project's own packages (a backend whose sources did not change from
+# its cached wheel, without compiling). Prints a line per step; the full output of each step goes to
+# .venv/setup-logs/ and is shown only when the step fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -41,9 +42,22 @@ step "eemicrogpt (core, editable, with test tools and the plot, ray, tensorboard
 # this kind of machine's disk (pip's find-links); any other version, or an unpinned install, would download
 # a CUDA build of several GB from the index.
 step "torch 2.13.0 (CPU build, for the export tests)" "${PIP[@]}" torch==2.13.0
-# Each backend on its own: every one builds from its own directory (none depends on another), and a
-# failure names the backend and keeps its own log.
+# Each backend on its own (none depends on another; a failure names the backend and keeps its own log), from
+# a wheel built from its sdist, as users get it. The wheels are cached by sdist content (wheel_cache.sh):
+# a re-run with unchanged sources, and scripts/wheels.sh after this, take them instead of compiling again.
+PY=.venv/bin/python WHEEL_CACHE=.venv/wheel-cache
+# shellcheck source=scripts/wheel_cache.sh
+source scripts/wheel_cache.sh
+built=$(mktemp -d)
+trap 'rm -rf "$built"' EXIT
+install_backend() { # install_backend DIR: its wheel (built from its sdist, or cached), over any earlier one
+  local wheel
+  wheel=$(sdist_and_wheel "$1" "$built/sdists" "$built/wheels") || return 1
+  "${PIP[@]}" --no-deps --force-reinstall "$wheel"
+}
 for backend in backends/*/; do
-  if [ -f "$backend/pyproject.toml" ]; then step "backend $(basename "$backend")" "${PIP[@]}" "./$backend"; fi
+  if [ -f "$backend/pyproject.toml" ]; then step "backend $(basename "$backend")" install_backend "$backend"; fi
 done
+# Wheels of older sources (built or reused before $built was made) go: the cache holds one tree's worth.
+find "$WHEEL_CACHE" -mindepth 1 -maxdepth 1 -type d ! -newer "$built" -exec rm -rf {} +
 .venv/bin/eemicrogpt backends

@@ -23,6 +23,11 @@ DATA=${EEMICROGPT_DATA:-$REPO/../shared/data/names.txt}
 DATA=$(cd "$(dirname "$DATA")" && pwd)/$(basename "$DATA")
 
 echo "== building sdists into $SDISTS, and each wheel from its sdist into $HOUSE"
+# A wheel setup.sh built from the same sdist content is reused (wheel_cache.sh); without a .venv in the
+# checkout every wheel is built here.
+if [ -d "$REPO/.venv" ]; then WHEEL_CACHE=${WHEEL_CACHE:-$REPO/.venv/wheel-cache}; else WHEEL_CACHE=$WORK/cache; fi
+# shellcheck source=scripts/wheel_cache.sh
+source "$REPO/scripts/wheel_cache.sh"
 projects=(.)
 for dir in backends/*/ examples/*/; do
   [ -f "$dir/pyproject.toml" ] && projects+=("${dir%/}")
@@ -30,16 +35,13 @@ done
 mkdir -p "$HOUSE" "$SDISTS"
 for project in "${projects[@]}"; do
   # Isolated builds (setuptools from the index); in-tree build/ and *.egg-info are git-ignored leftovers.
-  # No --sdist/--wheel: build makes the sdist, unpacks it elsewhere and builds the wheel from that alone.
+  # pip unpacks the sdist elsewhere and builds the wheel from that alone.
   # The example backends are third-party style: they build against the core's headers, named the way their
   # READMEs tell a third party to (an isolated build has no core installed to ask). Ours ship copies.
-  include=()
-  [[ $project == examples/* ]] && include=(EEMICROGPT_INCLUDE="$REPO/eemicrogpt_core/include")
-  rm -rf "$WORK/out"
-  env "${include[@]}" "$PY" -m build --outdir "$WORK/out" "$project" >"$WORK/build.log" 2>&1 \
-    || { cat "$WORK/build.log"; fail "building $project (its sdist, then the wheel from it) failed"; }
-  mv "$WORK"/out/*.tar.gz "$SDISTS"/ && mv "$WORK"/out/*.whl "$HOUSE"/
-  echo "  $project"
+  (
+    [[ $project == examples/* ]] && export EEMICROGPT_INCLUDE="$REPO/eemicrogpt_core/include"
+    sdist_and_wheel "$project" "$SDISTS" "$HOUSE" >/dev/null
+  ) || fail "building $project (its sdist, then the wheel from it) failed"
 done
 ls "$SDISTS" "$HOUSE"
 
