@@ -76,9 +76,9 @@ const struct emg_x86_kernel *emg_x86_find_kernel(int d_model) {
 
 void emg_x86_sync_transposed(struct emg_session *s) { emg_pool_run(emg_x86_pool(s), s->k->sync_part, s); }
 
-/* Chunks c0..c1-1 (consecutive sequences and rows): each chunk's sequences in blocks of at most BLOCK_ROWS
+/* Chunks c0..c1-1 (consecutive sequences and rows): each chunk's sequences in blocks of at most block_rows
  * live rows (one whole sequence at least), as that chunk alone splits them whoever runs it, and the blocks
- * in passes of at most BLOCK_ROWS rows: one pass may end one chunk and start the next, so a participant that
+ * in passes of at most block_rows rows: one pass may end one chunk and start the next, so a participant that
  * runs several small chunks (one thread, batch 16) runs their GEMMs over all their rows at once. Each pass
  * reuses the participant's activation rows: a big batch works in a cache-sized region instead of streaming
  * every activation of the batch through each operation (batch 256 was ~15% slower per sample than batch 64
@@ -87,20 +87,21 @@ void emg_x86_sync_transposed(struct emg_session *s) { emg_pool_run(emg_x86_pool(
 static void chunks_step(struct emg_step_job *job, struct emg_acts *a, int c0, int c1) {
     struct emg_session *s = job->s;
     const pass_step_fn pass_step_w = s->k->pass_step;
+    const int block = s->block_rows;
     struct emg_pass pass = {.seq0 = emg_x86_chunk(s, c0)->seq0, .data_row = emg_x86_chunk(s, c0)->row0};
     for (int c = c0; c < c1; c++) {
         const struct emg_chunk *ch = emg_x86_chunk(s, c);
         float *own = emg_x86_chunk_grads(s, c, job->grads);
         /* Chunks 0..c-1 ran here, in order, before this one, and 1..c-1 were folded: job->grads holds their sum
          * in chunk order, and this chunk's sum added to it is what emg_x86_reduce would add next. */
-        const int fold = c0 == 0 && c > 0 && job->grads != NULL && ch->rows <= BLOCK_ROWS
+        const int fold = c0 == 0 && c > 0 && job->grads != NULL && ch->rows <= block
                          && (c == 1 || job->folded[c - 1]);
         job->folded[c] = fold;
         job->totals[c] = 0.0;
         for (int b = ch->seq0, done = 0; b < ch->seq1;) {
             int rows = job->lengths[b] - 1;
-            for (b++; b < ch->seq1 && rows + job->lengths[b] - 1 <= BLOCK_ROWS; b++) rows += job->lengths[b] - 1;
-            if (pass.n_seg > 0 && pass.rows + rows > BLOCK_ROWS) {
+            for (b++; b < ch->seq1 && rows + job->lengths[b] - 1 <= block; b++) rows += job->lengths[b] - 1;
+            if (pass.n_seg > 0 && pass.rows + rows > block) {
                 pass_step_w(s, a, &pass, job->lengths, job->inv_p);
                 pass = (struct emg_pass){.seq0 = pass.seq1, .data_row = pass.data_row + pass.rows};
             }

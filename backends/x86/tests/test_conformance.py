@@ -24,6 +24,9 @@ from eemicrogpt_core.kit.conformance import DEFAULT_SHAPE_MATRIX, BackendConform
 # 1.9e-8, the size of Adam's eps, comes out 1.35e-8 (numpy_ref float32: 1.86e-8, the same absolute error
 # as x86's elsewhere), which Adam's first step turns into a parameter change 4.3e-3 off (bound 1e-3).
 X86_MATRIX = (*DEFAULT_SHAPE_MATRIX, (256, 16, 1, 256, 16), (96, 6, 4, 27, 32), (80, 4, 2, 100, 32))
+# ABI version 3's envelope beyond version 2's, kept small in batch (the kit's matrix_batch): long contexts at
+# a small width (128; 256, a block of one whole sequence) and the most layers at a small width.
+X86_V3_MATRIX = ((32, 4, 1, 27, 128), (32, 4, 1, 27, 256), (16, 4, 12, 27, 16))
 
 
 class _Threads(BackendConformance):
@@ -41,7 +44,7 @@ class _Threads(BackendConformance):
 class TestAvx512Conformance(_Threads):
     backend_name = "avx512"
     d_models = (16, 32, 64, 128)
-    shape_matrix = X86_MATRIX
+    shape_matrix = (*X86_MATRIX, *X86_V3_MATRIX)
 
 
 class TestAvx512EightHeads(_Threads):
@@ -57,7 +60,7 @@ class TestAvx512EightHeads(_Threads):
 class TestAvx2Conformance(_Threads):
     backend_name = "avx2"
     d_models = (16, 32, 64, 128)
-    shape_matrix = X86_MATRIX
+    shape_matrix = (*X86_MATRIX, *X86_V3_MATRIX)
 
 
 class TestAvx512TwoThreads(_Threads):
