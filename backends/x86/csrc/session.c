@@ -9,7 +9,8 @@
 #include "step.h"
 #include "threads.h"
 
-/* A compiled step exists for every width 16..256 in steps of 16 (step.c). Heads, layers, vocabulary and context are run-time values
+/* A compiled step exists for every width 16..256 in steps of 16, and one run-time-width step for the wider
+ * multiples of 16 up to EMG_MAX_D_MODEL (step.c). Heads, layers, vocabulary and context are run-time values
  * over the whole of the ABI's range (emg_supports has checked it): attention takes any head_dim >= 4 (not only
  * multiples of 4) and a block holds a sequence of any context (block_rows). */
 static int supports(const emg_shape *shape) { return emg_x86_find_kernel(shape->d_model) != NULL; }

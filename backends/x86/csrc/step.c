@@ -1,6 +1,7 @@
-/* The training step: one specialisation per supported width (d_model 16..256 in steps of 16: the GEMM tile
- * shapes depend on the width), compiled from step_impl.h's width-generic functions, and the width-independent
- * driver around them (blocks, passes, the participants' parts, the hooks of step.h). */
+/* The training step: one specialisation per width 16..256 in steps of 16 (the GEMM tile shapes depend on the
+ * width), compiled from step_impl.h's width-generic functions, the table that also hands the wider widths to
+ * step_wide.c's run-time-width step, and the width-independent driver around them (blocks, passes, the
+ * participants' parts, the hooks of step.h). */
 #include "step.h"
 
 #include <stddef.h>
@@ -11,25 +12,18 @@
 #include "step_impl.h"
 #include "threads.h"
 
-/* What is compiled per width: the forward and backward of one pass, and the rebuild of a participant's part
- * of the transposed weight copies (a pool function, emg_pool_fn). */
-typedef void (*pass_step_fn)(struct emg_session *s, struct emg_acts *a, const struct emg_pass *pass,
-                             const uint16_t *lengths, float inv_p);
-struct emg_x86_kernel {
-    int d_model;
-    pass_step_fn pass_step;
-    emg_pool_fn sync_part;
-};
-
 /* The step for one width, every function named literally (so `grep pass_step_d64` finds it here): the
  * width's attention of one sequence (its own copies, not inlined into the pass), the pass (pass_step) and
  * the copies' rebuild (sync_part), each step_impl.h's function with the width as a constant. */
 #define EMG_DEFINE_STEP(width, pass_step_w, sync_part_w, attention_forward_w, attention_backward_w)           \
-    NOT_INLINED void attention_forward_w(int H, const float *qkv, float *o, float *att, int L, float *scratch) { \
+    NOT_INLINED void attention_forward_w(int D_, int H, const float *qkv, float *o, float *att, int L,          \
+                                         float *scratch) {                                                     \
+        (void)D_;                                                                                              \
         attention_forward_seq(width, H, qkv, o, att, L, scratch);                                              \
     }                                                                                                          \
-    NOT_INLINED void attention_backward_w(int H, const float *qkv, const float *att, const float *dout,        \
+    NOT_INLINED void attention_backward_w(int D_, int H, const float *qkv, const float *att, const float *dout, \
                                           float *dqkv, int L, float *scratch) {                                \
+        (void)D_;                                                                                              \
         attention_backward_seq(width, H, qkv, att, dout, dqkv, L, scratch);                                    \
     }                                                                                                          \
     static void pass_step_w(struct emg_session *s, struct emg_acts *a, const struct emg_pass *pass,            \
@@ -54,7 +48,6 @@ EMG_DEFINE_STEP(208, pass_step_d208, sync_part_d208, attention_forward_seq_d208,
 EMG_DEFINE_STEP(224, pass_step_d224, sync_part_d224, attention_forward_seq_d224, attention_backward_seq_d224)
 EMG_DEFINE_STEP(240, pass_step_d240, sync_part_d240, attention_forward_seq_d240, attention_backward_seq_d240)
 EMG_DEFINE_STEP(256, pass_step_d256, sync_part_d256, attention_forward_seq_d256, attention_backward_seq_d256)
-_Static_assert(256 <= STEP_MAX_D, "pass_step's row buffers hold the widest width");
 
 /* kernels[i] is the step for d_model 16 * (i + 1). */
 static const struct emg_x86_kernel kernels[] = {
@@ -67,11 +60,13 @@ static const struct emg_x86_kernel kernels[] = {
     {208, pass_step_d208, sync_part_d208},  {224, pass_step_d224, sync_part_d224},
     {240, pass_step_d240, sync_part_d240},  {256, pass_step_d256, sync_part_d256},
 };
+_Static_assert(16 * (sizeof kernels / sizeof kernels[0] + 1) == STEP_WIDE_MIN,
+               "the run-time-width step takes over after the widest specialisation");
 
 const struct emg_x86_kernel *emg_x86_find_kernel(int d_model) {
     const int i = d_model / 16 - 1;
-    if (d_model % 16 != 0 || i < 0 || i >= (int)(sizeof kernels / sizeof kernels[0])) return NULL;
-    return &kernels[i];
+    if (d_model % 16 != 0 || i < 0 || d_model > EMG_MAX_D_MODEL) return NULL;
+    return i < (int)(sizeof kernels / sizeof kernels[0]) ? &kernels[i] : &emg_x86_wide_kernel;
 }
 
 void emg_x86_sync_transposed(struct emg_session *s) { emg_pool_run(emg_x86_pool(s), s->k->sync_part, s); }
