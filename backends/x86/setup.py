@@ -26,7 +26,7 @@ sys.path.insert(0, str(HERE / "_build"))  # the copies: lockstep.py (version and
 from lockstep import lockstep  # noqa: E402
 
 INCLUDE = os.environ.get("EEMICROGPT_INCLUDE", str(HERE / "_build" / "include"))  # the ABI headers
-KERNEL_SOURCES = ["csrc/step.c", "csrc/session.c", "csrc/threads.c", "csrc/pool.c", "csrc/peak.c"]
+KERNEL_SOURCES = ["csrc/step.c", "csrc/step_wide.c", "csrc/session.c", "csrc/threads.c", "csrc/pool.c", "csrc/peak.c"]
 # -fno-wrapv undoes the -fwrapv that Python's CFLAGS add: with wrapping signed ints gcc cannot simplify the
 # kernels' index arithmetic (measured 5-10% slower steps at d32/d64).
 COMMON = ["-O3", "-std=gnu11", "-fno-wrapv", "-fno-math-errno", "-fvisibility=hidden", "-Wall", "-Wextra"]

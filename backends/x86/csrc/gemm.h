@@ -167,10 +167,11 @@ AI void gemm_tn_panel(const int M, const int nc, int P, const float *A, const in
 
 /* Weight gradient: C[M][N] = sum_p A[p][0:M]^T B[p][0:N] over P packed rows (A, B row-major); with
  * EPI_ADD the sum continues from C (tiles start from C itself), with EPI_FOLD it starts from zero and is
- * added to C at the end. N is a compile-time constant at the call site. */
+ * added to C at the end. `any_n`: N is known only at run time (panels of NC_MAX vectors), else a
+ * compile-time constant at the call site (panels of tile_nc(N) vectors), as gemm_nn_any and gemm_nn. */
 AI void gemm_tn_epi(const int M, const int N, int P, const float *A, const int lda, const float *B, const int ldb,
-                    float *C, const int ldc, const int epi) {
-    const int nc = tile_nc(N), n_main = N / (nc * VW) * (nc * VW);
+                    float *C, const int ldc, const int epi, const int any_n) {
+    const int nc = any_n ? NC_MAX : tile_nc(N), n_main = N / (nc * VW) * (nc * VW);
     for (int j0 = 0; j0 < n_main; j0 += nc * VW) gemm_tn_panel(M, nc, P, A, lda, B + j0, ldb, C + j0, ldc, epi);
     switch ((N - n_main) / VW) { /* at most NC_MAX - 1 vectors left */
     case 1: gemm_tn_panel(M, 1, P, A, lda, B + n_main, ldb, C + n_main, ldc, epi); break;
@@ -179,12 +180,15 @@ AI void gemm_tn_epi(const int M, const int N, int P, const float *A, const int l
     }
 }
 
+/* The epilogue that gives a weight gradient's tn_mode. */
+AI int tn_epi(const enum tn_mode mode) { return mode == TN_WRITE ? EPI_NONE : mode == TN_CONTINUE ? EPI_ADD : EPI_FOLD; }
+
 AI void gemm_tn(const int M, const int N, int P, const float *A, const int lda, const float *B, const int ldb,
                 float *C, const int ldc, const enum tn_mode mode) {
     switch (mode) {
-    case TN_WRITE: gemm_tn_epi(M, N, P, A, lda, B, ldb, C, ldc, EPI_NONE); break;
-    case TN_CONTINUE: gemm_tn_epi(M, N, P, A, lda, B, ldb, C, ldc, EPI_ADD); break;
-    case TN_FOLD: gemm_tn_epi(M, N, P, A, lda, B, ldb, C, ldc, EPI_FOLD); break;
+    case TN_WRITE: gemm_tn_epi(M, N, P, A, lda, B, ldb, C, ldc, EPI_NONE, 0); break;
+    case TN_CONTINUE: gemm_tn_epi(M, N, P, A, lda, B, ldb, C, ldc, EPI_ADD, 0); break;
+    case TN_FOLD: gemm_tn_epi(M, N, P, A, lda, B, ldb, C, ldc, EPI_FOLD, 0); break;
     }
 }
 

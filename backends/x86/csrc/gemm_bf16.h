@@ -155,11 +155,12 @@ AI void gemm_tn_bf16_panel(const int M, const int nc, const int P2, const uint32
 
 /* gemm_tn over P packed rows (added to C for EPI_ADD): both operands are packed into pairs of rows first
  * (scratch_a: P x round_up(M, 16), scratch_b: P x N bf16, P rounded up to even with a zero row). N is a
- * compile-time constant at the call site; M may be a run-time count. */
+ * compile-time constant at the call site unless `any_n` (gemm.h's gemm_tn_epi); M may be a run-time count. */
 AI void gemm_tn_bf16_epi(const int M, const int N, int P, const float *A, const int lda, const float *B,
                          const int ldb, float *C, const int ldc, const int epi, uint16_t *scratch_a,
-                         uint16_t *scratch_b) {
-    const int Mp = round_up(M, 16), Pp = round_up(P, 2), nc = tile_nc(N), n_main = N / (nc * VW) * (nc * VW);
+                         uint16_t *scratch_b, const int any_n) {
+    const int Mp = round_up(M, 16), Pp = round_up(P, 2), nc = any_n ? NC_MAX : tile_nc(N);
+    const int n_main = N / (nc * VW) * (nc * VW);
     uint32_t *Ap = (uint32_t *)scratch_a, *Bp = (uint32_t *)scratch_b;
     pack_pairs(A, lda, P, Pp, Mp, Ap, 0, 1);
     pack_pairs(B, ldb, P, Pp, N, Bp, 0, 1);
@@ -175,9 +176,9 @@ AI void gemm_tn_bf16_epi(const int M, const int N, int P, const float *A, const 
 AI void gemm_tn_bf16(const int M, const int N, int P, const float *A, const int lda, const float *B, const int ldb,
                      float *C, const int ldc, const enum tn_mode mode, uint16_t *scratch_a, uint16_t *scratch_b) {
     switch (mode) {
-    case TN_WRITE: gemm_tn_bf16_epi(M, N, P, A, lda, B, ldb, C, ldc, EPI_NONE, scratch_a, scratch_b); break;
-    case TN_CONTINUE: gemm_tn_bf16_epi(M, N, P, A, lda, B, ldb, C, ldc, EPI_ADD, scratch_a, scratch_b); break;
-    case TN_FOLD: gemm_tn_bf16_epi(M, N, P, A, lda, B, ldb, C, ldc, EPI_FOLD, scratch_a, scratch_b); break;
+    case TN_WRITE: gemm_tn_bf16_epi(M, N, P, A, lda, B, ldb, C, ldc, EPI_NONE, scratch_a, scratch_b, 0); break;
+    case TN_CONTINUE: gemm_tn_bf16_epi(M, N, P, A, lda, B, ldb, C, ldc, EPI_ADD, scratch_a, scratch_b, 0); break;
+    case TN_FOLD: gemm_tn_bf16_epi(M, N, P, A, lda, B, ldb, C, ldc, EPI_FOLD, scratch_a, scratch_b, 0); break;
     }
 }
 

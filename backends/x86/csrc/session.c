@@ -9,14 +9,11 @@
 #include "step.h"
 #include "threads.h"
 
-/* A compiled step exists for every width 16..256 in steps of 16 (step.c). Heads, layers, vocabulary and
- * context are run-time values: attention takes any head_dim >= 4 (not only multiples of 4); layers and
- * context are held to the envelope the kernels were built, tested and measured for (session.h), which the
- * ABI's bounds now exceed. */
-static int supports(const emg_shape *shape) {
-    return emg_x86_find_kernel(shape->d_model) != NULL && shape->n_layers <= EMG_X86_MAX_LAYERS
-        && shape->context <= EMG_X86_MAX_CONTEXT;
-}
+/* A compiled step exists for every width 16..256 in steps of 16, and one run-time-width step for the wider
+ * multiples of 16 up to EMG_MAX_D_MODEL (step.c). Heads, layers, vocabulary and context are run-time values
+ * over the whole of the ABI's range (emg_supports has checked it): attention takes any head_dim >= 4 (not only
+ * multiples of 4) and a block holds a sequence of any context (block_rows). */
+static int supports(const emg_shape *shape) { return emg_x86_find_kernel(shape->d_model) != NULL; }
 
 /* Carve an arena into buffers; with base NULL only count floats. Every buffer starts on a 64-byte boundary
  * (sizes are rounded to 16 floats). */
@@ -63,7 +60,7 @@ static size_t acts_layout(const struct emg_session *s, struct emg_acts *a, float
 
 int emg_x86_acts_alloc(const struct emg_session *s, struct emg_acts *a) {
     const long live = (long)s->core.max_batch * s->core.shape.context;
-    a->rows = live < BLOCK_ROWS ? round_up((int)live, ROW_PAD) : BLOCK_ROWS;
+    a->rows = live < s->block_rows ? round_up((int)live, ROW_PAD) : s->block_rows;
     const size_t bytes = acts_layout(s, a, NULL) * sizeof(float);
     a->arena = aligned_alloc(64, bytes);
     if (a->arena == NULL) return EMG_ERR_NOMEM;
@@ -83,6 +80,8 @@ static int init(struct emg_session *s) {
     s->logit_ld = round_up(sh->vocab, 16);
     s->att_lanes = att_lanes(sh->context);
     s->max_rows = round_up(s->core.max_batch * sh->context, ROW_PAD);
+    const int one_seq = round_up(sh->context, ROW_PAD);
+    s->block_rows = one_seq > BLOCK_ROWS ? one_seq : BLOCK_ROWS;
     const size_t bytes = copies_layout(s, NULL) * sizeof(float);
     s->arena = aligned_alloc(64, bytes);
     if (s->arena == NULL) return EMG_ERR_NOMEM;

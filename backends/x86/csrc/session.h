@@ -17,20 +17,14 @@ struct emg_x86_kernel; /* step.c's */
  * sample at batch 256 against batch 64 (d64 / d128, one layer): unblocked 15% / 3% slower; blocks of 480 rows
  * 2% slower / 2% faster; 240 rows 2% / 2% faster; 120 rows about even. A multiple of ROW_PAD (gemm.h). */
 #define BLOCK_ROWS 240
-
-/* The envelope supports() admits beyond the compiled widths: ABI version 2's bounds, the ones the kernels were
- * tested and measured at. A block holds at least one whole sequence, so a context beyond BLOCK_ROWS could not
- * run at all; between 64 and that, attention's scratch grows with the square of the context and nothing is
- * tested. */
-#define EMG_X86_MAX_CONTEXT 64
-#define EMG_X86_MAX_LAYERS 8
-_Static_assert(EMG_X86_MAX_CONTEXT <= BLOCK_ROWS, "a block holds a whole sequence");
+/* A block never splits a sequence: a context longer than BLOCK_ROWS (241..EMG_MAX_CONTEXT) gets blocks of one
+ * whole sequence (emg_session.block_rows), so shorter contexts keep the measured BLOCK_ROWS. */
 
 /* One participant's working memory for one block of packed rows: the activations of every layer (so the
  * backward pass runs the layers in reverse), the backward buffers every layer reuses, and attention's
  * scratch. Padding rows (a block's rows up to a multiple of ROW_PAD) are zero all the way through. */
 struct emg_acts {
-    int rows;       /* R: min(BLOCK_ROWS, the session's largest batch of live rows), a multiple of ROW_PAD */
+    int rows;       /* R: min(block_rows, the session's largest batch of live rows), a multiple of ROW_PAD */
     float *x;       // (L + 1, R, D)  residual stream: x[0] = rms(tok_emb + pos_emb), x[l + 1] = layer l's output
     float *r_emb;   // (R)            1 / rms of the embedding sum
     float *n1;      // (L, R, D)      rms(x[l]): attention's input
@@ -69,6 +63,7 @@ struct emg_session {
     int logit_ld;  /* VP = round_up(vocab, 16): logit rows, the LM head's padded output width */
     int att_lanes; /* A = att_lanes(context): the widest attention lane row */
     int max_rows;  /* live rows of a full batch (the chunks are packed one after another) */
+    int block_rows; /* live rows per block: max(BLOCK_ROWS, context rounded up to ROW_PAD) */
 #ifndef EMG_BF16
     /* Transposed weight copies for the forward GEMMs, [in][out]: */
     float *wqkv_t; // (L, D, 3D)

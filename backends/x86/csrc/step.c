@@ -1,6 +1,7 @@
-/* The training step: one specialisation per supported width (d_model 16..256 in steps of 16: the GEMM tile
- * shapes depend on the width), compiled from step_impl.h's width-generic functions, and the width-independent
- * driver around them (blocks, passes, the participants' parts, the hooks of step.h). */
+/* The training step: one specialisation per width 16..256 in steps of 16 (the GEMM tile shapes depend on the
+ * width), compiled from step_impl.h's width-generic functions, the table that also hands the wider widths to
+ * step_wide.c's run-time-width step, and the width-independent driver around them (blocks, passes, the
+ * participants' parts, the hooks of step.h). */
 #include "step.h"
 
 #include <stddef.h>
@@ -11,25 +12,18 @@
 #include "step_impl.h"
 #include "threads.h"
 
-/* What is compiled per width: the forward and backward of one pass, and the rebuild of a participant's part
- * of the transposed weight copies (a pool function, emg_pool_fn). */
-typedef void (*pass_step_fn)(struct emg_session *s, struct emg_acts *a, const struct emg_pass *pass,
-                             const uint16_t *lengths, float inv_p);
-struct emg_x86_kernel {
-    int d_model;
-    pass_step_fn pass_step;
-    emg_pool_fn sync_part;
-};
-
 /* The step for one width, every function named literally (so `grep pass_step_d64` finds it here): the
  * width's attention of one sequence (its own copies, not inlined into the pass), the pass (pass_step) and
  * the copies' rebuild (sync_part), each step_impl.h's function with the width as a constant. */
 #define EMG_DEFINE_STEP(width, pass_step_w, sync_part_w, attention_forward_w, attention_backward_w)           \
-    NOT_INLINED void attention_forward_w(int H, const float *qkv, float *o, float *att, int L, float *scratch) { \
+    NOT_INLINED void attention_forward_w(int D_, int H, const float *qkv, float *o, float *att, int L,          \
+                                         float *scratch) {                                                     \
+        (void)D_;                                                                                              \
         attention_forward_seq(width, H, qkv, o, att, L, scratch);                                              \
     }                                                                                                          \
-    NOT_INLINED void attention_backward_w(int H, const float *qkv, const float *att, const float *dout,        \
+    NOT_INLINED void attention_backward_w(int D_, int H, const float *qkv, const float *att, const float *dout, \
                                           float *dqkv, int L, float *scratch) {                                \
+        (void)D_;                                                                                              \
         attention_backward_seq(width, H, qkv, att, dout, dqkv, L, scratch);                                    \
     }                                                                                                          \
     static void pass_step_w(struct emg_session *s, struct emg_acts *a, const struct emg_pass *pass,            \
@@ -54,7 +48,6 @@ EMG_DEFINE_STEP(208, pass_step_d208, sync_part_d208, attention_forward_seq_d208,
 EMG_DEFINE_STEP(224, pass_step_d224, sync_part_d224, attention_forward_seq_d224, attention_backward_seq_d224)
 EMG_DEFINE_STEP(240, pass_step_d240, sync_part_d240, attention_forward_seq_d240, attention_backward_seq_d240)
 EMG_DEFINE_STEP(256, pass_step_d256, sync_part_d256, attention_forward_seq_d256, attention_backward_seq_d256)
-_Static_assert(256 <= STEP_MAX_D, "pass_step's row buffers hold the widest width");
 
 /* kernels[i] is the step for d_model 16 * (i + 1). */
 static const struct emg_x86_kernel kernels[] = {
@@ -67,18 +60,20 @@ static const struct emg_x86_kernel kernels[] = {
     {208, pass_step_d208, sync_part_d208},  {224, pass_step_d224, sync_part_d224},
     {240, pass_step_d240, sync_part_d240},  {256, pass_step_d256, sync_part_d256},
 };
+_Static_assert(16 * (sizeof kernels / sizeof kernels[0] + 1) == STEP_WIDE_MIN,
+               "the run-time-width step takes over after the widest specialisation");
 
 const struct emg_x86_kernel *emg_x86_find_kernel(int d_model) {
     const int i = d_model / 16 - 1;
-    if (d_model % 16 != 0 || i < 0 || i >= (int)(sizeof kernels / sizeof kernels[0])) return NULL;
-    return &kernels[i];
+    if (d_model % 16 != 0 || i < 0 || d_model > EMG_MAX_D_MODEL) return NULL;
+    return i < (int)(sizeof kernels / sizeof kernels[0]) ? &kernels[i] : &emg_x86_wide_kernel;
 }
 
 void emg_x86_sync_transposed(struct emg_session *s) { emg_pool_run(emg_x86_pool(s), s->k->sync_part, s); }
 
-/* Chunks c0..c1-1 (consecutive sequences and rows): each chunk's sequences in blocks of at most BLOCK_ROWS
+/* Chunks c0..c1-1 (consecutive sequences and rows): each chunk's sequences in blocks of at most block_rows
  * live rows (one whole sequence at least), as that chunk alone splits them whoever runs it, and the blocks
- * in passes of at most BLOCK_ROWS rows: one pass may end one chunk and start the next, so a participant that
+ * in passes of at most block_rows rows: one pass may end one chunk and start the next, so a participant that
  * runs several small chunks (one thread, batch 16) runs their GEMMs over all their rows at once. Each pass
  * reuses the participant's activation rows: a big batch works in a cache-sized region instead of streaming
  * every activation of the batch through each operation (batch 256 was ~15% slower per sample than batch 64
@@ -87,20 +82,21 @@ void emg_x86_sync_transposed(struct emg_session *s) { emg_pool_run(emg_x86_pool(
 static void chunks_step(struct emg_step_job *job, struct emg_acts *a, int c0, int c1) {
     struct emg_session *s = job->s;
     const pass_step_fn pass_step_w = s->k->pass_step;
+    const int block = s->block_rows;
     struct emg_pass pass = {.seq0 = emg_x86_chunk(s, c0)->seq0, .data_row = emg_x86_chunk(s, c0)->row0};
     for (int c = c0; c < c1; c++) {
         const struct emg_chunk *ch = emg_x86_chunk(s, c);
         float *own = emg_x86_chunk_grads(s, c, job->grads);
         /* Chunks 0..c-1 ran here, in order, before this one, and 1..c-1 were folded: job->grads holds their sum
          * in chunk order, and this chunk's sum added to it is what emg_x86_reduce would add next. */
-        const int fold = c0 == 0 && c > 0 && job->grads != NULL && ch->rows <= BLOCK_ROWS
+        const int fold = c0 == 0 && c > 0 && job->grads != NULL && ch->rows <= block
                          && (c == 1 || job->folded[c - 1]);
         job->folded[c] = fold;
         job->totals[c] = 0.0;
         for (int b = ch->seq0, done = 0; b < ch->seq1;) {
             int rows = job->lengths[b] - 1;
-            for (b++; b < ch->seq1 && rows + job->lengths[b] - 1 <= BLOCK_ROWS; b++) rows += job->lengths[b] - 1;
-            if (pass.n_seg > 0 && pass.rows + rows > BLOCK_ROWS) {
+            for (b++; b < ch->seq1 && rows + job->lengths[b] - 1 <= block; b++) rows += job->lengths[b] - 1;
+            if (pass.n_seg > 0 && pass.rows + rows > block) {
                 pass_step_w(s, a, &pass, job->lengths, job->inv_p);
                 pass = (struct emg_pass){.seq0 = pass.seq1, .data_row = pass.data_row + pass.rows};
             }

@@ -8,7 +8,8 @@
 struct emg_session;
 struct emg_x86_kernel;
 
-/* The step compiled for d_model (every width 16..256 in steps of 16), or NULL. */
+/* The step for d_model (a multiple of 16 up to EMG_MAX_D_MODEL: compiled for 16..256, run-time width above),
+ * or NULL. */
 const struct emg_x86_kernel *emg_x86_find_kernel(int d_model);
 
 /* The mean loss of an already validated batch; with want_grads its gradient in s->core.grads. */

@@ -1,7 +1,9 @@
-/* The width-generic parts of one training step, step.c's private header: always-inlined functions that take
- * the width D as their first argument. step.c calls them with a constant D from one function per width
- * (EMG_DEFINE_STEP), so each width is compiled as its own specialisation (the GEMM tile shapes depend on
- * it); the heads, layers, vocabulary and context are read from s->core.shape. Live positions of a chunk are packed into
+/* The width-generic parts of one training step, the private header of step.c and step_wide.c: always-inlined
+ * functions that take the width D as their first argument. step.c calls them with a constant D from one
+ * function per width 16..256 (EMG_DEFINE_STEP), so each width is compiled as its own specialisation (the GEMM
+ * tile shapes depend on it); step_wide.c calls them once with D as a run-time value for the wider multiples of
+ * 16 (EMG_STEP_WIDE: out-of-line GEMMs of run-time width). The heads, layers, vocabulary and context are read
+ * from s->core.shape. Live positions of a chunk are packed into
  * consecutive rows and every operation runs over all rows of a block before the next starts, so each weight
  * matrix is streamed once per block.
  *
@@ -32,7 +34,9 @@
 #include "transpose.h"
 #include "xent.h"
 
-#define STEP_MAX_D 256 /* the widest width step.c compiles */
+#define STEP_MAX_D EMG_MAX_D_MODEL /* the widest width a step runs (step_wide.c) */
+
+#define NOT_INLINED static __attribute__((noinline, noclone))
 
 /* Part of a pass: `rows` rows from the pass's row `row`, one block of one chunk. Its weight gradients go to
  * `grads` as `mode` says: written (the chunk's first block), continued (a later block: one chain of FMAs over
@@ -56,15 +60,57 @@ struct emg_pass {
 _Static_assert(EMG_X86_MAX_CHUNKS <= sizeof(((struct emg_pass *)0)->seg) / sizeof(struct emg_segment),
                "a pass holds a segment per chunk");
 
-/* Attention of one sequence for one width: step.c's per-width copies (EMG_DEFINE_STEP), called from pass_step. */
-typedef void (*attention_forward_fn)(int H, const float *qkv, float *o, float *att, int L, float *scratch);
-typedef void (*attention_backward_fn)(int H, const float *qkv, const float *att, const float *dout, float *dqkv,
-                                      int L, float *scratch);
+/* Attention of one sequence: step.c's per-width copies (EMG_DEFINE_STEP, which ignore D: it is their
+ * constant) and step_wide.c's run-time-width one, called from pass_step. */
+typedef void (*attention_forward_fn)(int D, int H, const float *qkv, float *o, float *att, int L, float *scratch);
+typedef void (*attention_backward_fn)(int D, int H, const float *qkv, const float *att, const float *dout,
+                                      float *dqkv, int L, float *scratch);
+
+/* What is compiled per width: the forward and backward of one pass, and the rebuild of a participant's part
+ * of the transposed weight copies (a pool function, emg_pool_fn). d_model 0: any width (step_wide.c). */
+typedef void (*pass_step_fn)(struct emg_session *s, struct emg_acts *a, const struct emg_pass *pass,
+                             const uint16_t *lengths, float inv_p);
+struct emg_x86_kernel {
+    int d_model;
+    pass_step_fn pass_step;
+    emg_pool_fn sync_part;
+};
+
+/* step_wide.c's step: widths above the compiled ones, multiples of 16 up to EMG_MAX_D_MODEL. */
+#define STEP_WIDE_MIN 272
+extern const struct emg_x86_kernel emg_x86_wide_kernel;
 
 /* The GEMM calls name both operand forms: fp32 B (row-major, ldb) and B packed into bf16 pairs (pk); the
  * avx512_bf16 build (EMG_BF16) uses the packed form and the participant's bf16 scratch rows (bfa, bfb).
  * NN_ANY: an output width known only at run time (the padded vocabulary). */
+#if defined(EMG_STEP_WIDE)
+/* A run-time width: every GEMM is one out-of-line copy with run-time N and epilogue (panels of NC_MAX
+ * vectors), instead of tiles inlined and shaped per call site. */
 #ifdef EMG_BF16
+NOT_INLINED void gemm_nn_wide(int rows, int N, int K, const float *A, int lda, const void *pk, float *C, int ldc,
+                              const float *E, int lde, int epi, uint16_t *bfa) {
+    gemm_nn_bf16(rows, N, K, A, lda, (const uint32_t *)pk, C, ldc, E, lde, epi, bfa, 1);
+}
+NOT_INLINED void gemm_tn_wide(int M, int N, int P, const float *A, int lda, const float *B, int ldb, float *C,
+                              int ldc, enum tn_mode mode, uint16_t *bfa, uint16_t *bfb) {
+    gemm_tn_bf16_epi(M, N, P, A, lda, B, ldb, C, ldc, tn_epi(mode), bfa, bfb, 1);
+}
+#define NN(rows, N, K, A, lda, B, ldb, pk, C, ldc, E, lde, epi) gemm_nn_wide(rows, N, K, A, lda, pk, C, ldc, E, lde, epi, bfa)
+#define TN(M, N, P, A, lda, B, ldb, C, ldc, acc) gemm_tn_wide(M, N, P, A, lda, B, ldb, C, ldc, acc, bfa, bfb)
+#else
+NOT_INLINED void gemm_nn_wide(int rows, int N, int K, const float *A, int lda, const float *B, int ldb, float *C,
+                              int ldc, const float *E, int lde, int epi) {
+    gemm_nn_any(rows, N, K, A, lda, B, ldb, C, ldc, E, lde, epi);
+}
+NOT_INLINED void gemm_tn_wide(int M, int N, int P, const float *A, int lda, const float *B, int ldb, float *C,
+                              int ldc, enum tn_mode mode) {
+    gemm_tn_epi(M, N, P, A, lda, B, ldb, C, ldc, tn_epi(mode), 1);
+}
+#define NN(rows, N, K, A, lda, B, ldb, pk, C, ldc, E, lde, epi) gemm_nn_wide(rows, N, K, A, lda, B, ldb, C, ldc, E, lde, epi)
+#define TN gemm_tn_wide
+#endif
+#define NN_ANY NN
+#elif defined(EMG_BF16)
 #define NN(rows, N, K, A, lda, B, ldb, pk, C, ldc, E, lde, epi) \
     gemm_nn_bf16(rows, N, K, A, lda, (const uint32_t *)(pk), C, ldc, E, lde, epi, bfa, 0)
 #define NN_ANY(rows, N, K, A, lda, B, ldb, pk, C, ldc, E, lde, epi) \
@@ -163,8 +209,6 @@ AI void sync_part(const int D, struct emg_session *s, int tid, int n) {
 
 /* Attention with the width and head count as run-time values: one copy for every head count that the
  * functions below do not compile as a constant. */
-#define NOT_INLINED static __attribute__((noinline, noclone))
-
 NOT_INLINED void attention_forward_any(int D, int H, const float *qkv, float *o, float *att, int L, float *scratch) {
     attention_forward(D, H, qkv, o, att, L, att_lanes(L), scratch);
 }
@@ -231,7 +275,7 @@ AI void layer_forward(const int D, attention_forward_fn attention_forward_w, str
     long att_off = 0;
     for (int b = pass->seq0, r = 0; b < pass->seq1; b++) {
         const int L = lengths[b] - 1;
-        attention_forward_w(H, qkv + r * 3 * D, o + r * D, att + att_off, L, a->scratch);
+        attention_forward_w(D, H, qkv + r * 3 * D, o + r * D, att + att_off, L, a->scratch);
         r += L;
         att_off += (long)H * L * att_lanes(L);
     }
@@ -303,7 +347,7 @@ AI void layer_backward(const int D, attention_backward_fn attention_backward_w, 
     long att_off = 0;
     for (int b = pass->seq0, r = 0; b < pass->seq1; b++) {
         const int L = lengths[b] - 1;
-        attention_backward_w(H, qkv + r * 3 * D, att + att_off, dout + r * D, dqkv + r * 3 * D, L, a->scratch);
+        attention_backward_w(D, H, qkv + r * 3 * D, att + att_off, dout + r * D, dqkv + r * 3 * D, L, a->scratch);
         r += L;
         att_off += (long)H * L * att_lanes(L);
     }

@@ -15,7 +15,8 @@ from .libs import extras, library_path
 from .probe import VARIANTS, probe
 
 # In words for `eemicrogpt backends`; the authority is the library's emg_supports (csrc/session.c).
-ENVELOPE = "d_model 16-256 in steps of 16, any heads with head_dim >= 4, 1-8 layers, vocab 2-256, context 1-64"
+ENVELOPE = ("d_model 16-1024 in steps of 16 (compiled per width to 256), any heads with head_dim >= 4, 1-12 layers, "
+            "vocab 2-256, context 1-256")
 
 _DESCRIPTIONS = {
     "avx512": "native C, AVX-512 (16-float zmm register tiles)",

@@ -19,7 +19,7 @@ trap 'rm -rf "$out"' EXIT
 # 3x slower: no gain overall.
 san=(-O3 -g1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all)
 common=(-std=gnu11 -fPIC -shared -fno-math-errno -fvisibility=hidden -I"$include" -I"$here/csrc")
-kernels=("$here/csrc/step.c" "$here/csrc/session.c" "$here/csrc/threads.c" "$here/csrc/pool.c" "$here/csrc/peak.c")
+kernels=("$here/csrc/step.c" "$here/csrc/step_wide.c" "$here/csrc/session.c" "$here/csrc/threads.c" "$here/csrc/pool.c" "$here/csrc/peak.c")
 # Only the variants this CPU runs: the tests skip the others, so their instrumented builds (minutes of
 # compiler time each) would test nothing.
 declare -A flags=(

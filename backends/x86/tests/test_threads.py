@@ -54,14 +54,16 @@ def _run(lib_path: str, shape: ModelShape, threads: int, steps: int, batch: int)
 
 @pytest.mark.parametrize(("shape", "batch"), [(ModelShape(32, 4, 2, 40, 24), 7), (ModelShape(32, 4, 2, 40, 24), 24),
                                               (ModelShape(16, 4), 8), (ModelShape(48, 4, 1, 27, 16), 130),
-                                              (ModelShape(32, 4, 1, 27, 8), 128)])
+                                              (ModelShape(32, 4, 1, 27, 8), 128), (ModelShape(400, 8, 1, 27, 16), 9),
+                                              (ModelShape(32, 4, 2, 27, 256), 9)])
 def test_every_thread_count_gives_bit_identical_runs(lib_path: str, shape: ModelShape, batch: int) -> None:
     """Batches of 1, 2 and 4 chunks (threads.h emg_x86_chunks): 1-7 threads train the same bits. A participant
     that runs chunk 0 folds each following one-block chunk into its sum (emg_segment): one thread folds every
     chunk at batch 24 and at batch 128 with context 8 (four chunks of ~130 rows), two threads only the second
     of those four, three none; at batch 130 with context 16 the chunks straddle one block (240 rows), so some
-    fold and some do not."""
-    steps = 6 if batch > 100 else 20
+    fold and some do not. Width 400 runs the run-time-width step (csrc/step_wide.c); context 256 blocks of
+    one whole sequence (264 rows), several per chunk."""
+    steps = 6 if batch > 100 or shape.d_model > 256 or shape.context > 64 else 20
     losses_1, state_1 = _run(lib_path, shape, 1, steps, batch)
     for threads in (2, 3, 4, 7):
         losses, state = _run(lib_path, shape, threads, steps, batch)
