@@ -49,16 +49,27 @@ EMG_DEFINE_STEP(224, pass_step_d224, sync_part_d224, attention_forward_seq_d224,
 EMG_DEFINE_STEP(240, pass_step_d240, sync_part_d240, attention_forward_seq_d240, attention_backward_seq_d240)
 EMG_DEFINE_STEP(256, pass_step_d256, sync_part_d256, attention_forward_seq_d256, attention_backward_seq_d256)
 
-/* kernels[i] is the step for d_model 16 * (i + 1). */
+/* The sanitized build (EMG_X86_FEW_WIDTHS: backends/x86/tests/run_sanitized.sh) keeps four specialisations,
+ * the narrowest, one that is no power of two, the seed's and the widest, and runs every other width through
+ * step_wide.c's run-time-width step, the same step_impl.h source. Instrumented, the sixteen specialisations
+ * took most of a half-hour build; the ones left out are unreferenced, so the compiler drops them unbuilt. */
+#ifdef EMG_X86_FEW_WIDTHS
+#define KEEP(width) ((width) == 16 || (width) == 48 || (width) == 64 || (width) == 256)
+#else
+#define KEEP(width) 1
+#endif
+#define ENTRY(width, pass_step_w, sync_part_w) {width, KEEP(width) ? pass_step_w : NULL, KEEP(width) ? sync_part_w : NULL}
+
+/* kernels[i] is the step for d_model 16 * (i + 1) (none: the run-time-width step). */
 static const struct emg_x86_kernel kernels[] = {
-    {16, pass_step_d16, sync_part_d16},     {32, pass_step_d32, sync_part_d32},
-    {48, pass_step_d48, sync_part_d48},     {64, pass_step_d64, sync_part_d64},
-    {80, pass_step_d80, sync_part_d80},     {96, pass_step_d96, sync_part_d96},
-    {112, pass_step_d112, sync_part_d112},  {128, pass_step_d128, sync_part_d128},
-    {144, pass_step_d144, sync_part_d144},  {160, pass_step_d160, sync_part_d160},
-    {176, pass_step_d176, sync_part_d176},  {192, pass_step_d192, sync_part_d192},
-    {208, pass_step_d208, sync_part_d208},  {224, pass_step_d224, sync_part_d224},
-    {240, pass_step_d240, sync_part_d240},  {256, pass_step_d256, sync_part_d256},
+    ENTRY(16, pass_step_d16, sync_part_d16),     ENTRY(32, pass_step_d32, sync_part_d32),
+    ENTRY(48, pass_step_d48, sync_part_d48),     ENTRY(64, pass_step_d64, sync_part_d64),
+    ENTRY(80, pass_step_d80, sync_part_d80),     ENTRY(96, pass_step_d96, sync_part_d96),
+    ENTRY(112, pass_step_d112, sync_part_d112),  ENTRY(128, pass_step_d128, sync_part_d128),
+    ENTRY(144, pass_step_d144, sync_part_d144),  ENTRY(160, pass_step_d160, sync_part_d160),
+    ENTRY(176, pass_step_d176, sync_part_d176),  ENTRY(192, pass_step_d192, sync_part_d192),
+    ENTRY(208, pass_step_d208, sync_part_d208),  ENTRY(224, pass_step_d224, sync_part_d224),
+    ENTRY(240, pass_step_d240, sync_part_d240),  ENTRY(256, pass_step_d256, sync_part_d256),
 };
 _Static_assert(16 * (sizeof kernels / sizeof kernels[0] + 1) == STEP_WIDE_MIN,
                "the run-time-width step takes over after the widest specialisation");
@@ -66,7 +77,8 @@ _Static_assert(16 * (sizeof kernels / sizeof kernels[0] + 1) == STEP_WIDE_MIN,
 const struct emg_x86_kernel *emg_x86_find_kernel(int d_model) {
     const int i = d_model / 16 - 1;
     if (d_model % 16 != 0 || i < 0 || d_model > EMG_MAX_D_MODEL) return NULL;
-    return i < (int)(sizeof kernels / sizeof kernels[0]) ? &kernels[i] : &emg_x86_wide_kernel;
+    return i < (int)(sizeof kernels / sizeof kernels[0]) && kernels[i].pass_step != NULL ? &kernels[i]
+                                                                                        : &emg_x86_wide_kernel;
 }
 
 void emg_x86_sync_transposed(struct emg_session *s) { emg_pool_run(emg_x86_pool(s), s->k->sync_part, s); }
