@@ -16,7 +16,7 @@ import numpy as np
 
 from ..base.errors import ConfigError
 from .choice import Choice
-from .generation import batch_rows, continue_tokens, default_slide, draw_items
+from .generation import batch_rows, continue_tokens, draw_items
 from .kvcache import CachedModel
 from .reference import StepModel, prefix_batch
 from .shape import ModelShape
@@ -154,17 +154,17 @@ def text_continuations(params: np.ndarray, shape: ModelShape, vocab: Vocabulary,
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, numbers.Integral) \
             or not 1 <= max_new_tokens <= MAX_NEW_TOKENS:
         raise ConfigError(f"max new tokens must be 1..{MAX_NEW_TOKENS:,}, got {max_new_tokens!r}")
-    if slide is None:
-        slide = default_slide(shape.context)
-    if isinstance(slide, bool) or not isinstance(slide, numbers.Integral) or not 1 <= slide <= shape.context:
+    if slide is not None and (isinstance(slide, bool) or not isinstance(slide, numbers.Integral)
+                              or not 1 <= slide <= shape.context):
         raise ConfigError(f"slide must be 1..{shape.context} (the model's context), got {slide!r}")
     start = prompt_tokens(vocab, prompt)[-shape.context :]
     rng = make_rng(seed)
-    return _texts(CachedModel(params, shape), vocab, start, int(max_new_tokens), n, choice, rng, int(slide))
+    return _texts(CachedModel(params, shape), vocab, start, int(max_new_tokens), n, choice, rng,
+                  None if slide is None else int(slide))
 
 
 def _texts(model: CachedModel, vocab: Vocabulary, start: np.ndarray, new: int, n: int, choice: Choice,
-           rng: np.random.Generator, slide: int) -> Iterator[Iterator[str]]:
+           rng: np.random.Generator, slide: int | None) -> Iterator[Iterator[str]]:
     symbols = vocab.symbols
     if n == 1:
         yield (symbols[int(tokens[0])] for tokens in continue_tokens(model, start[None], new, choice, rng, slide))
