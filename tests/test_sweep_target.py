@@ -116,6 +116,21 @@ def test_summary_names_the_fastest_run_per_target() -> None:
     assert [r["run_id"] for r in sorted(rows, key=sort_key)] == ["b", "a", "e", "c", "d"]
 
 
+def test_summary_keeps_train_and_validation_targets_apart() -> None:
+    rows = [
+        {"run_id": "t", "status": "done", "target_loss": 1.88, "reached": True, "seconds_to_target": 3.0,
+         "steps_to_target": 300, "val_loss": 2.0},
+        {"run_id": "v", "status": "done", "target_loss": 1.88, "target_metric": "val", "reached": True,
+         "seconds_to_target": 9.0, "steps_to_target": 800, "val_loss": 1.87},
+    ]
+    assert target_summary(rows) == [
+        "fastest to train loss <= 1.88: t in 3.000 s of training (300 steps; 1 of 1 runs reached it, 0 finished "
+        "without reaching it)",
+        "fastest to val loss <= 1.88: v in 9.000 s of training (800 steps; 1 of 1 runs reached it, 0 finished "
+        "without reaching it)",
+    ]
+
+
 @pytest.mark.parametrize(("cores", "per_worker", "expected"), [
     ([[0, 2], [1, 3]], 2, [[0, 1]]),  # both cores (first CPU of each) for one worker
     ([[0], [1], [2], [3]], 2, [[0, 1], [2, 3]]),

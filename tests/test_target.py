@@ -173,3 +173,28 @@ def test_the_checkpoint_keeps_seconds_and_target_and_refuses_impossible_ones(
     save_checkpoint(path, dataclasses.replace(ckpt, train_seconds=-0.5))
     with pytest.raises(CheckpointError, match="train_seconds must be a finite number of seconds >= 0"):
         load_checkpoint(path)
+
+
+def test_a_validation_target_stops_at_the_first_log_step_at_or_below_it(registry: BackendRegistry,
+                                                                        cfg: TrainConfig, tmp_path: Path) -> None:
+    # First a run without a target logs the validation loss every 50 steps; a target between two of its
+    # values must stop the targeted run at exactly the first log step at or below it (same seed, same losses).
+    free = train(dataclasses.replace(cfg, target_loss=None, log_every=50, steps=300), registry)
+    vals = [(r["step"], r["val_loss"]) for r in free.records]
+    step, goal = next((s, v) for s, v in vals if v < vals[0][1] - 0.05)  # well below the first validation
+    targeted = dataclasses.replace(cfg, log_every=50, steps=300, target_loss=goal, target_metric="val")
+    run = RunDir.create(str(tmp_path / "run"), targeted)
+    reporter = Messages()
+    result = train(targeted, registry, run_dir=run, reporter=reporter)
+    target = result.target
+    assert target is not None and target.reached and target.metric == "val"
+    assert target.steps_to_target == step == result.steps_run  # it stops at that validation, not a chunk later
+    assert any(f"val loss <= {goal:g} reached at step {step:,}" in m for m in reporter.messages)
+    last = run.read_metrics()[-1]
+    assert last["target_metric"] == "val" and last["val_loss"] <= goal and last["reached"] is True
+    assert load_checkpoint(run.checkpoint_path).finished
+
+
+def test_a_validation_target_needs_a_validation_split() -> None:
+    with pytest.raises(ConfigError, match="target_metric val needs a validation split"):
+        build_config([("test", {"target_loss": 2.0, "target_metric": "val", "val_fraction": 0})])

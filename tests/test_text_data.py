@@ -337,6 +337,7 @@ def test_the_shakespeare_configs_load() -> None:
     assert 0 < cfg.min_lr < cfg.lr
     spec = yaml.safe_load((CONFIGS / "sweeps" / "shakespeare_lr.yaml").read_text())
     assert spec["base"]["data_format"] == "text" and spec["base"]["target_loss"] > 0
+    assert spec["base"]["target_metric"] == "val"  # nanoGPT's figure is a validation loss
 
 
 def test_a_short_run_on_tiny_shakespeare(shakespeare: Path, tmp_path: Path) -> None:

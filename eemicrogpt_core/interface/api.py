@@ -189,7 +189,6 @@ def load(run_dir: str | Path, best: bool = False) -> Run:
 
 def _load(run: RunDir, best: bool) -> Run:
     ckpt = load_checkpoint(run.model_file(best))
-    target_loss = ckpt.config.target_loss
-    target = TargetOutcome.of(target_loss, ckpt.target_reached) if target_loss is not None else None
+    target = TargetOutcome.of_run(ckpt.config, ckpt.target_reached)
     return Run(ckpt.state.params, ckpt.shape, ckpt.vocab, ckpt.config, run.path, int(ckpt.state.step),
                ckpt.total_steps, run.read_metrics(), None, ckpt.backend, target)

@@ -16,6 +16,7 @@ class TrainKeys(TypedDict, total=False):
     steps: int
     time_budget: float | None
     target_loss: float | None
+    target_metric: Literal["train", "val"]
     lr: float
     lr_schedule: Literal["linear", "cosine"]
     warmup_steps: int

@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
 from ..training.target import TargetOutcome
-from .results import fmt, reached
+from .results import fmt, reached, target_metric
 from .runner import DONE, FAILED, UNAVAILABLE
 
 
@@ -101,7 +101,7 @@ class SweepProgress:
                 else record.get("error", f"stopped at step {record.get('steps', '?')}"))
         if status == DONE and isinstance(record.get("target_loss"), (int, float)):
             what += "; " + TargetOutcome(float(record["target_loss"]), reached(record), record.get("steps_to_target"),
-                                         record.get("seconds_to_target")).describe()
+                                         record.get("seconds_to_target"), target_metric(record)).describe()
         finished = self.done + self.failed + self.interrupted + self.unavailable
         self.console.print(f"[{finished}/{self.total}] {record['run_id']}: {status}: {what}; best so far "
                            f"{self.best_text()}", highlight=False)

@@ -23,7 +23,8 @@ METRIC_COLUMNS = ("status", "train_loss", "val_loss", "steps", "total_steps", "u
 # A record is under 1 KB and a sweep has at most 10,000 runs: 64 MiB holds each run's record several times over
 # (one per re-run) and stops a results.jsonl that is a link to /dev/zero after that much.
 MAX_RESULTS_BYTES = 64 << 20
-TARGET_COLUMNS = ("target_loss", "reached", "steps_to_target", "seconds_to_target")  # when a run has a target
+# when a run has a target
+TARGET_COLUMNS = ("target_loss", "target_metric", "reached", "steps_to_target", "seconds_to_target")
 
 
 def finite(value: object) -> TypeGuard[float]:
@@ -59,6 +60,12 @@ def outcome_column(column: str, varied_keys: list[str]) -> str:
     return f"actual_{column}" if column in varied_keys else column
 
 
+def target_metric(record: dict[str, Any]) -> str:
+    """The loss a run's target watched (records written before target_metric existed watched the train loss)."""
+    metric = record.get("target_metric")
+    return metric if isinstance(metric, str) else "train"
+
+
 def has_target(rows: list[dict[str, Any]]) -> bool:
     return any(finite(r.get("target_loss")) for r in rows)
 
@@ -67,8 +74,10 @@ def target_summary(rows: list[dict[str, Any]]) -> list[str]:
     """Per target_loss of the runs: the fastest run to reach it and how many reached it, did not, or could not
     run here."""
     lines = []
-    for target in sorted({float(r["target_loss"]) for r in rows if finite(r.get("target_loss"))}):
-        group = [r for r in rows if finite(r.get("target_loss")) and float(r["target_loss"]) == target]
+    targets = {(target_metric(r), float(r["target_loss"])) for r in rows if finite(r.get("target_loss"))}
+    for metric, target in sorted(targets):
+        group = [r for r in rows if finite(r.get("target_loss")) and (target_metric(r), float(r["target_loss"]))
+                 == (metric, target)]
         hits = sorted((r for r in group if reached(r)), key=sort_key)
         missed = sum(r.get("status") == DONE and not reached(r) for r in group)
         unavailable = sum(r.get("status") == UNAVAILABLE for r in group)
@@ -78,10 +87,10 @@ def target_summary(rows: list[dict[str, Any]]) -> list[str]:
         counts += f", {other} failed or interrupted" if other else ""
         if hits:
             best = hits[0]
-            lines.append(f"fastest to train loss <= {target:g}: {best['run_id']} in {best['seconds_to_target']:.3f} "
+            lines.append(f"fastest to {metric} loss <= {target:g}: {best['run_id']} in {best['seconds_to_target']:.3f} "
                          f"s of training ({best['steps_to_target']:,} steps; {counts})")
         else:
-            lines.append(f"no run reached train loss <= {target:g} ({counts})")
+            lines.append(f"no run reached {metric} loss <= {target:g} ({counts})")
     return lines
 
 

@@ -87,10 +87,9 @@ def _finished_record(run: RunDir) -> dict[str, Any]:
     """The record of a run that a previous invocation finished (results.jsonl may have missed it)."""
     ckpt = load_checkpoint(run.checkpoint_path)
     last = run.read_metrics()[-1] if run.read_metrics() else {}
-    target_loss = ckpt.config.target_loss
-    target = TargetOutcome.of(target_loss, ckpt.target_reached).as_record() if target_loss is not None else {}
+    outcome = TargetOutcome.of_run(ckpt.config, ckpt.target_reached)
     return {
-        **target,
+        **(outcome.as_record() if outcome is not None else {}),
         "status": DONE if ckpt.finished else INTERRUPTED,
         "steps": int(ckpt.state.step),
         "total_steps": int(ckpt.total_steps),

@@ -34,6 +34,7 @@ from ..base.reading import read_regular_bytes
 from ..base.shipped import find
 from ..model.optim import DEFAULT_OPTIMIZER, LR_SCHEDULES, LrSchedule, OptimizerSettings
 from ..model.shape import DEFAULT_CONTEXT, NAMES_VOCAB, ModelShape, ShapeError, default_heads
+from .target import TARGET_METRICS
 
 DTYPES = ("float32", "float64", "float16")
 DATA_FORMATS = ("lines", "text")  # lines: one name (item) per line; text: one stream of characters (data/text.py)
@@ -159,9 +160,12 @@ class TrainConfig:
         minimum=0.0, open_minimum=True, maximum=MAX_TIME_BUDGET)
     # target.py says exactly which step and which seconds count (first_reached, seconds_within).
     target_loss: float | None = _key(
-        None, "stop once the train loss (mean of the last 100 steps, as printed) is <= this; the run records "
+        None, "stop once the train loss (mean of the last 100 steps, as printed), or with --target-metric val the "
+        "validation loss, is <= this; the run records "
         "the steps and training seconds it took (--steps or --time-budget still caps the run)",
         minimum=0.0, open_minimum=True, null_means="no target")
+    target_metric: str = _key("train", "which loss target_loss watches: train (the running mean, checked every step) "
+                              "or val (the validation loss, checked every --log-every steps)", choices=TARGET_METRICS)
     lr: float = _key(0.002, "peak learning rate (the first step's without warm-up)", minimum=0.0)
     # The defaults (linear to zero, no warm-up) are the schedule every earlier run used, to the bit (optim.py).
     lr_schedule: str = _key("linear", f"decay after the warm-up: {' or '.join(LR_SCHEDULES)}, from lr to min_lr "
@@ -351,6 +355,8 @@ def _check_values(cfg: TrainConfig, sources: Mapping[str, str]) -> None:
     for key in ("keep_best", "patience"):
         if getattr(cfg, key) not in (None, False) and cfg.val_fraction == 0:
             fail(key, "needs a validation split: val_fraction must be above 0")
+    if cfg.target_metric == "val" and cfg.target_loss is not None and cfg.val_fraction == 0:
+        fail("target_metric", "val needs a validation split: val_fraction must be above 0")
     if cfg.min_lr > cfg.lr:
         fail("min_lr", f"must be at most lr ({cfg.lr:g}), got {cfg.min_lr:g}")
     if cfg.sample_every is not None and cfg.sample_every % cfg.log_every:

@@ -398,7 +398,7 @@ class _Run:
                 raise
             raise self._locate_divergence(step + n, e) from None
         elapsed = time.perf_counter() - t0
-        if cfg.target_loss is not None and self.reached is None:
+        if cfg.target_loss is not None and cfg.target_metric == "train" and self.reached is None:
             k = first_reached(self.recent, losses, cfg.target_loss)
             if k is not None:
                 seconds = seconds_within(self.seconds_before + self.seconds, elapsed, k + 1, n)
@@ -468,7 +468,7 @@ class _Run:
 
     @property
     def target(self) -> TargetOutcome | None:
-        return TargetOutcome.of(self.cfg.target_loss, self.reached) if self.cfg.target_loss is not None else None
+        return TargetOutcome.of_run(self.cfg, self.reached)
 
     def sample(self) -> str:
         """summary_sample of the parameters just logged, seeded by the run's seed and the step (the training's
@@ -494,6 +494,11 @@ class _Run:
             raise self._diverged(f"the validation loss at step {self.step} is not finite ({e})") from None
         if self.val_loss is not None and not np.isfinite(self.val_loss):
             raise self._diverged(f"the validation loss became {self.val_loss} at step {self.step}")
+        goal = self.cfg.target_loss
+        if (goal is not None and self.cfg.target_metric == "val" and self.reached is None
+                and self.val_loss is not None and self.val_loss <= goal):
+            self.reached = TargetReached(self.step, self.seconds_before + self.seconds, self.step)
+            self.at_target = True
         improved = False
         if self.tracks_best and self.val_loss is not None:
             improved = self.best.observe(self.step, self.val_loss)
@@ -646,8 +651,9 @@ def train(
                         if cfg.sample_every is not None and run.step % cfg.sample_every == 0:
                             reporter.message(run.sample())
                     if run.at_target and run.target is not None:
-                        reporter.message(f"{run.target.describe()} (mean of the last {ROLLING} steps); stopped "
-                                         f"at step {run.step:,}, the end of that chunk")
+                        where = (f" (mean of the last {ROLLING} steps); stopped at step {run.step:,}, the end of that "
+                                 "chunk") if cfg.target_metric == "train" else f"; stopped at step {run.step:,}"
+                        reporter.message(run.target.describe() + where)
                     if run.stopped_early:
                         kept = f", kept in {run_dir.best_path}" if run_dir is not None and cfg.keep_best else ""
                         reporter.message(f"stopped early at step {run.step:,}: the validation loss has not improved "
@@ -655,8 +661,9 @@ def train(
                     reporter.progress(run.step, run.total, run.train_loss)
                 signum = stop.signum
                 if run.step >= run.total and run.target is not None and not run.target.reached:
-                    reporter.message(f"{run.target.describe()} in {run.total:,} steps (final train loss "
-                                     f"{run.train_loss:.4f}, mean of the last {ROLLING} steps)")
+                    final = (f"final train loss {run.train_loss:.4f}, mean of the last {ROLLING} steps"
+                             if cfg.target_metric == "train" else f"last validation loss {run.val_loss:.4f}")
+                    reporter.message(f"{run.target.describe()} in {run.total:,} steps ({final})")
                 if stop.requested and run.step < run.total and not run.at_target and not run.stopped_early:
                     interrupted = True
                     reporter.message(f"stopped at step {run.step}/{run.total}; {run.checkpoint()}")
