@@ -118,6 +118,15 @@ def test_explicit_choice_that_cannot_run_the_shape_is_an_error_not_a_fallback():
         reg.select("big", SHAPE, 16)
 
 
+def test_a_refused_shape_names_only_the_backends_that_can_run_it():
+    reg = _registry(_plugin("p", _spec("a"), _spec("big", d_models=(64, 128)), _spec("wide", d_models=(64,))))
+    with pytest.raises(BackendSelectionError, match=r"not 16\. Backends here that can: a$"):
+        reg.select("big", SHAPE, 16)
+    only_big = _registry(_plugin("p", _spec("big", d_models=(64, 128)), _spec("wide", d_models=(64,))))
+    with pytest.raises(BackendSelectionError, match=r"Backends here that can: none$"):
+        only_big.select("big", SHAPE, 16)
+
+
 def test_no_backend_installed_says_what_to_install():
     reg = _registry()
     with pytest.raises(BackendSelectionError, match="pip install"):

@@ -203,9 +203,11 @@ class BackendRegistry:
         assert entry.spec is not None
         reason = entry.spec.unsupported_reason(shape, batch, dtype)
         if reason is not None:
+            able = [e.name for e in self.available()
+                    if e.spec is not None and e.spec.unsupported_reason(shape, batch, dtype) is None]
             raise BackendSelectionError(
                 f"backend '{requested}' cannot run this configuration: {reason}. "
-                f"Available here: {self._available_names()}"
+                f"Backends here that can: {', '.join(able) if able else 'none'}"
             )
         if precision is not None and entry.spec.precision != precision:
             raise BackendSelectionError(
