@@ -10,7 +10,8 @@ repository checkout; an sdist ships the copies.
 
 The step is compiled once per width, each its own translation unit, from csrc/step_impl.h: the two-line
 unit of each width in NEON_WIDTHS is written into `_build/steps/` here (csrc/session.h declares the table
-entries, csrc/abi.c lists them).
+entries, csrc/abi.c lists them). Wider widths, 272-1024, share one unit with the width a run-time value
+(csrc/step_wide.c).
 """
 
 from __future__ import annotations

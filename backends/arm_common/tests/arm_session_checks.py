@@ -1,7 +1,7 @@
 """Checks every ARM library shares, run by the neon and SME2 suites (backends/<dir>/tests/test_*_arm_session.py).
 
-- The kernels' envelope in context and depth (context 1-64, 1-8 layers: NEON_MAX_* in neon's session.h,
-  SME2_MAX_* in sme2_step.c), narrower than the ABI's bounds: shapes beyond it are refused, not run.
+- The kernels' envelope in context and depth: the ABI's bounds (context 1-256, 1-12 layers) for neon; context
+  1-64, 1-8 layers for the SME2 libraries (SME2_MAX_* in sme2_step.c). Shapes beyond it are refused, not run.
 - One AdamW step (arm_adam.h, with the layer's clipping) against eemicrogpt_core.model.optim.adam_update on the
   very gradient the library computes, for weight decay, other betas and eps, and a clip that engages.
 
@@ -32,13 +32,14 @@ import numpy as np
 from eemicrogpt_core.backends.backend import TrainState
 from eemicrogpt_core.backends.native import _ffi, load_library
 from eemicrogpt_core.backends.registry import open_session
+from eemicrogpt_core.base.abi import MAX_CONTEXT, MAX_LAYERS
 from eemicrogpt_core.kit.abi_contract import UNSUPPORTED, raw_shape
 from eemicrogpt_core.kit.conformance import _entry, _unusable, synthetic_batches
 from eemicrogpt_core.model.optim import OptimizerSettings, adam_update, clip_scale
 from eemicrogpt_core.model.shape import ModelShape, init_params
 
-ARM_MAX_CONTEXT = 64
-ARM_MAX_LAYERS = 8
+SME2_MAX_CONTEXT = 64
+SME2_MAX_LAYERS = 8
 U = 2.0**-24
 SLACK = 2.0
 LR = 1e-2
@@ -56,15 +57,20 @@ CASES: dict[str, OptimizerSettings] = {
 }
 
 
-def check_envelope(backend: str, library: Path | None, d_model: int) -> None:
-    """Context 1-64 and 1-8 layers run; one more of either, and the ABI's own maxima, are refused."""
+def check_envelope(backend: str, library: Path | None, d_model: int, max_context: int = SME2_MAX_CONTEXT,
+                   max_layers: int = SME2_MAX_LAYERS) -> None:
+    """Context 1-max_context and 1-max_layers run; one more of either, the ABI's own maxima when beyond, and
+    one past the ABI's bounds are refused."""
     _entry(backend, ())  # skips, or fails when EEMICROGPT_REQUIRE_BACKENDS names it
     if library is None:
         _unusable(backend, "its native library was not built")
     lib = load_library(str(library))
     out = _ffi().new("emg_session **")
-    assert lib.emg_supports(raw_shape(d_model, 4, ARM_MAX_LAYERS, 27, ARM_MAX_CONTEXT)) == 1
-    for layers, context in ((1, ARM_MAX_CONTEXT + 1), (ARM_MAX_LAYERS + 1, 16), (1, 256), (12, 16)):
+    assert lib.emg_supports(raw_shape(d_model, 4, max_layers, 27, max_context)) == 1
+    beyond = {(1, max_context + 1), (max_layers + 1, 16), (1, MAX_CONTEXT + 1), (MAX_LAYERS + 1, 16)}
+    beyond |= {(1, MAX_CONTEXT)} if max_context < MAX_CONTEXT else set()
+    beyond |= {(MAX_LAYERS, 16)} if max_layers < MAX_LAYERS else set()
+    for layers, context in sorted(beyond):
         shape = raw_shape(d_model, 4, layers, 27, context)
         assert lib.emg_supports(shape) == 0, (layers, context)
         assert lib.emg_create(shape, 1, out) == UNSUPPORTED, (layers, context)

@@ -1,5 +1,6 @@
 /* The neon backend's hooks for the shared session layer (emg_backend.h): the table of width-specialised
- * kernels, the activation arena, and Adam (arm_adam.h, shared with the SME2 backends). The layer adds every exported emg_* function and its checks. */
+ * kernels and the run-time-width one, the activation arena, and Adam (arm_adam.h, shared with the SME2
+ * backends). The layer adds every exported emg_* function and its checks. */
 #define _POSIX_C_SOURCE 200112L /* posix_memalign under -std=c11 */
 #include <stdlib.h>
 #include <string.h>
@@ -14,23 +15,27 @@ static const emg_neon_kernel *const KERNELS[] = {
     &emg_neon_kernel_d208, &emg_neon_kernel_d224, &emg_neon_kernel_d240, &emg_neon_kernel_d256,
 };
 
+_Static_assert(16 * (sizeof KERNELS / sizeof KERNELS[0] + 1) == NEON_WIDE_MIN,
+               "the run-time-width step starts where the table ends");
+
+/* The step for a width: its own compiled one, the run-time-width one above them, or NULL. */
 static const emg_neon_kernel *find_kernel(int d_model) {
     for (size_t i = 0; i < sizeof KERNELS / sizeof KERNELS[0]; i++)
         if (KERNELS[i]->d_model == d_model) return KERNELS[i];
+    if (d_model >= NEON_WIDE_MIN && d_model <= EMG_MAX_D_MODEL && d_model % 16 == 0) return &emg_neon_kernel_wide;
     return NULL;
 }
 
-/* Any vocabulary the ABI allows; context and depth up to the envelope in session.h (a block of packed rows
- * holds one whole sequence). Attention works on whole vectors of a head, so head_dim must be a multiple
- * of 4. */
+/* Every context, depth and vocabulary the ABI allows (emg_shape_valid, checked first by the layer), widths in
+ * steps of 16 (the GEMMs' 16-column tiles). Attention works on whole vectors of a head, so head_dim must be
+ * a multiple of 4. */
 static int supports(const emg_shape *shape) {
-    return find_kernel(shape->d_model) != NULL && (shape->d_model / shape->n_heads) % 4 == 0
-        && shape->context <= NEON_MAX_CONTEXT && shape->n_layers <= NEON_MAX_LAYERS;
+    return find_kernel(shape->d_model) != NULL && (shape->d_model / shape->n_heads) % 4 == 0;
 }
 
 /* Carves the arena into the buffers of neon_acts (sizes in session.h); with base NULL it only counts. */
 static size_t layout_acts(neon_acts *a, float *base, const emg_shape *shape) {
-    const size_t d = (size_t)shape->d_model, rows = PACK_ROWS;
+    const size_t d = (size_t)shape->d_model, rows = (size_t)neon_block_rows(shape);
     const size_t cp = ROUND4((size_t)shape->context), vp = ROUND4((size_t)shape->vocab);
     size_t used = 0;
     /* Every buffer starts on a 64-byte line (sizes rounded up to 16 floats). */

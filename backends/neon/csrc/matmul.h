@@ -17,6 +17,7 @@ enum {
     EP_RELU,      /* y = max(acc, 0): the MLP's expansion */
     EP_RESIDUAL,  /* y = aux + acc: a residual connection */
     EP_RELU_MASK, /* y = aux > 0 ? acc : 0: the ReLU's backward, aux its output */
+    EP_SCALE,     /* y = acc * aux[0]: attention's scaled scores */
 };
 
 EMG_INLINE float32x4_t epilogue(float32x4_t acc, int ep, const float *aux) {
@@ -26,6 +27,7 @@ EMG_INLINE float32x4_t epilogue(float32x4_t acc, int ep, const float *aux) {
     case EP_RELU_MASK:
         return vreinterpretq_f32_u32(vandq_u32(vcgtq_f32(vld1q_f32(aux), vdupq_n_f32(0.0f)),
                                                vreinterpretq_u32_f32(acc)));
+    case EP_SCALE: return vmulq_n_f32(acc, aux[0]);
     default: return acc;
     }
 }

@@ -1,10 +1,13 @@
-/* One training step's forward and backward pass at one width, compiled once per width.
+/* One training step's forward and backward pass, compiled once per width and once for any wider width.
  *
  * Compiled once per width as its own translation unit (setup.py's NEON_WIDTHS: a generated two-line file
  * defines D_MODEL and KERNEL_NAME, the emg_neon_kernel table entry to define, then includes this file);
  * everything else is static, so the copies never clash. The width is a compile-time constant (loops over
  * d_model unroll, accumulators stay in registers); heads, layers, vocabulary and context come from
- * s->core.shape at run time.
+ * s->core.shape at run time. step_wide.c compiles the same code once with NEON_STEP_WIDE instead of D_MODEL:
+ * the width is then read from the shape too (dims.d), for widths NEON_WIDE_MIN..EMG_MAX_D_MODEL, where each
+ * GEMM's reduction is hundreds of FMAs per output and a constant width would save little for the build time
+ * of 48 more units.
  *
  * The live positions t < length - 1 of consecutive sequences are packed into blocks of rows (session.h,
  * neon_pack): padding is never touched, forward or backward. A block runs forward through every layer,
@@ -20,36 +23,47 @@
 #include "neon_math.h"
 #include "session.h"
 
-#if !defined(D_MODEL) || !defined(KERNEL_NAME)
-#error "define D_MODEL and KERNEL_NAME before including step_impl.h"
+#if !(defined(D_MODEL) || defined(NEON_STEP_WIDE)) || !defined(KERNEL_NAME)
+#error "define D_MODEL (or NEON_STEP_WIDE) and KERNEL_NAME before including step_impl.h"
 #endif
 
+/* D: the width, a constant or (NEON_STEP_WIDE) read from the dims every function below has in scope as dm;
+ * D_MAX bounds it for arrays on the stack. */
+#ifdef NEON_STEP_WIDE
+#define D (dm->d)
+#define D_MAX EMG_MAX_D_MODEL
+#define KERNEL_D_MODEL 0
+#else
 #define D D_MODEL
-#define D3 (3 * D_MODEL)
-#define DFF (4 * D_MODEL)
-
+#define D_MAX D_MODEL
+#define KERNEL_D_MODEL D_MODEL
 _Static_assert(D % 16 == 0, "matmul_backward_input works on 16-column tiles of d_model and 4 * d_model");
+#endif
+#define D3 (3 * D)
+#define DFF (4 * D)
 
 /* What every kernel of a step reads of the session's shape. */
 typedef struct {
-    int n_heads, head_dim, n_layers, vocab, vp, cp;
+    int d, n_heads, head_dim, n_layers, vocab, vp, cp;
+    int block_rows;   /* the most rows a block of packed sequences holds (neon_block_rows) */
     long head_stride; /* floats between two heads' blocks of probs */
 } dims;
 
 static dims dims_of(const emg_shape *shape) {
-    const int cp = ROUND4(shape->context);
-    return (dims){shape->n_heads, D / shape->n_heads, shape->n_layers, shape->vocab, ROUND4(shape->vocab), cp,
-                  (long)PACK_ROWS * cp};
+    const int cp = ROUND4(shape->context), rows = neon_block_rows(shape);
+    return (dims){shape->d_model, shape->n_heads, shape->d_model / shape->n_heads, shape->n_layers, shape->vocab,
+                  ROUND4(shape->vocab), cp, rows, (long)rows * cp};
 }
 
 /* ---- embeddings: x = rmsnorm(tok_emb[token] + pos_emb[t]) ---- */
 
-static void encoder_forward(float *x, float *r, const float *tok_emb, const float *pos_emb, const neon_pack *pk) {
+static void encoder_forward(float *x, float *r, const float *tok_emb, const float *pos_emb, const neon_pack *pk,
+                            const dims *dm) {
     for (int i = 0; i < pk->n_seq; i++) {
         for (int t = 0; t < pk->len[i]; t++) {
             const int row = pk->start[i] + t;
             const float *te = tok_emb + pk->tok[i][t] * D, *pe = pos_emb + t * D;
-            float e[D];
+            float e[D_MAX];
             for (int c = 0; c < D; c += 4) vst1q_f32(e + c, vaddq_f32(vld1q_f32(te + c), vld1q_f32(pe + c)));
             rmsnorm_forward(x + row * D, r + row, e, 1, D, 1);
         }
@@ -58,11 +72,11 @@ static void encoder_forward(float *x, float *r, const float *tok_emb, const floa
 
 /* dx [rows][D] at the norm's output -> the token and position embeddings' gradients. */
 static void encoder_backward(float *g_tok, float *g_pos, const float *dx, const float *x, const float *r,
-                             const neon_pack *pk) {
+                             const neon_pack *pk, const dims *dm) {
     for (int i = 0; i < pk->n_seq; i++) {
         for (int t = 0; t < pk->len[i]; t++) {
             const int row = pk->start[i] + t;
-            float de[D];
+            float de[D_MAX];
             rmsnorm_backward(de, NULL, dx + row * D, x + row * D, r + row, 1, D, 1);
             float *gt = g_tok + pk->tok[i][t] * D, *gp = g_pos + t * D;
             for (int c = 0; c < D; c += 4) {
@@ -147,7 +161,7 @@ static double model_forward(const emg_session *s, const neon_pack *pk, const dim
     const float *p = s->core.params;
     const emg_layout *ly = &s->core.layout;
     const neon_acts *a = &s->acts;
-    encoder_forward(a->layer[0].x, a->r0, p + ly->tok_emb, p + ly->pos_emb, pk);
+    encoder_forward(a->layer[0].x, a->r0, p + ly->tok_emb, p + ly->pos_emb, pk, dm);
     for (int l = 0; l < dm->n_layers; l++)
         layer_forward(p + emg_layer_offset(ly, l), &a->layer[l], a->layer[l + 1].x, pk, dm);
     /* LM head on the last residual, no final norm. */
@@ -168,7 +182,7 @@ static void model_backward(emg_session *s, const neon_pack *pk, const dims *dm) 
     matmul_backward_input(a->dx, D, a->logits, dm->vp, p + ly->wlm, pk->rows, dm->vp, dm->vocab, D, EP_STORE, 0, 0);
     for (int l = dm->n_layers - 1; l >= 0; l--)
         layer_backward(p + emg_layer_offset(ly, l), g + emg_layer_offset(ly, l), &a->layer[l], a, pk, dm);
-    encoder_backward(g + ly->tok_emb, g + ly->pos_emb, a->dx, a->layer[0].x, a->r0, pk);
+    encoder_backward(g + ly->tok_emb, g + ly->pos_emb, a->dx, a->layer[0].x, a->r0, pk, dm);
 }
 
 static float loss_and_grad(emg_session *s, int batch, const uint8_t *tokens, const uint16_t *lengths,
@@ -180,10 +194,11 @@ static float loss_and_grad(emg_session *s, int batch, const uint8_t *tokens, con
     const float wgt = 1.0f / (float)n_live;
     if (want_grads) memset(s->core.grads, 0, sizeof(float) * (size_t)s->core.layout.n_params);
     double loss = 0.0;
-    neon_pack pk = {0};
+    neon_pack pk; /* 4 KB: only rows and n_seq need a start value */
+    pk.rows = pk.n_seq = 0;
     for (int b = 0; b <= batch; b++) {
         const int T = b < batch ? lengths[b] - 1 : 0;
-        if (pk.n_seq > 0 && (b == batch || pk.rows + T > PACK_ROWS)) { /* the block is full: run it */
+        if (pk.n_seq > 0 && (b == batch || pk.rows + T > dm.block_rows)) { /* the block is full: run it */
             loss += model_forward(s, &pk, &dm, wgt);
             if (want_grads) model_backward(s, &pk, &dm);
             pk.rows = pk.n_seq = 0;
@@ -198,4 +213,4 @@ static float loss_and_grad(emg_session *s, int batch, const uint8_t *tokens, con
     return (float)loss;
 }
 
-const emg_neon_kernel KERNEL_NAME = {D_MODEL, loss_and_grad};
+const emg_neon_kernel KERNEL_NAME = {KERNEL_D_MODEL, loss_and_grad};

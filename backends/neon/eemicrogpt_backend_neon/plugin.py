@@ -62,5 +62,6 @@ def eemicrogpt_backends() -> Iterator[BackendSpec]:
         supports=library_supports(library_path),  # csrc/abi.c: supports()
         dtypes=("float32",),
         max_batch=MAX_NATIVE_BATCH,
-        envelope="d16-256 step 16, head_dim a multiple of 4, 1-8 layers, vocabulary 2-256, context 1-64",
+        envelope=("d16-1024 step 16 (compiled per width to 256), head_dim a multiple of 4, 1-12 layers, "
+                  "vocabulary 2-256, context 1-256"),
     )

@@ -1,4 +1,5 @@
-"""The conformance kit against numpy_ref: the names model at four widths, and the shape matrix.
+"""The conformance kit against numpy_ref: the names model at four widths, and the shape matrix (ABI version
+2's envelope at the kit's batch, version 3's long and deep shapes at batch 3).
 
 On x86 these skip with the probe's reason; the aarch64 lane runs them under QEMU with
 EEMICROGPT_REQUIRE_BACKENDS=neon, where an unavailable neon fails instead.
@@ -28,6 +29,11 @@ NEON_SHAPE_MATRIX = (
     (16, 4, 8, 27, 16),
     (112, 28, 1, 3, 1),
 )
+# ABI version 3's envelope beyond version 2's, at the kit's smallest batch that still holds its extreme
+# lengths (2 and context + 1) and one random row: long contexts at a small width (blocks of one whole
+# sequence) and the most layers. The run-time-width step (csrc/step_wide.c) is checked by gradients in
+# test_neon_library.py (d272, d512, d1024): d512 here cost 85 s of emulated time per lane run.
+NEON_V3_MATRIX = ((32, 4, 1, 27, 128), (32, 4, 1, 27, 256), (16, 4, 12, 27, 16))
 
 
 class TestNeonConformance(BackendConformance):
@@ -43,14 +49,15 @@ class TestNeonConformance(BackendConformance):
 class TestNeonLargeConformance(BackendConformance):
     """d_model 64 and 128 (4 heads), with sme2_f32's emulated trajectory (40 steps, windows at 0 and 30): the
     200-step runs took 550 s of the lane's neon pass here, and the kernels are the ones TestNeonConformance
-    runs 200 steps through at d16 and d32."""
+    runs 200 steps through at d16 and d32. Its shape matrix is the long and deep one, at batch 3."""
 
     backend_name = "neon"
     d_models = (64, 128)
     grad_rel_rms_tol = 1e-5
     trajectory_steps = 40
     trajectory_windows = 2
-    shape_matrix = ()  # run once, by TestNeonConformance
+    shape_matrix = NEON_V3_MATRIX
+    matrix_batch = 3
     skip: ClassVar[dict[str, list[str]]] = {
         "input validation is shape-independent (covered by TestNeonConformance)": ["test_rejects_bad_input"],
         # The optimiser is elementwise code over the flat parameter array (arm_adam.h; the layer clips), the
@@ -74,7 +81,7 @@ class TestNeonEightHeads(BackendConformance):
     grad_rel_rms_tol = 1e-5
     trajectory_steps = 40  # as TestNeonLargeConformance
     trajectory_windows = 2
-    shape_matrix = ()
+    shape_matrix = ()  # run by TestNeonConformance and TestNeonLargeConformance
     skip: ClassVar[dict[str, list[str]]] = TestNeonLargeConformance.skip
 
     def heads_for(self, d_model: int) -> int:
