@@ -1,19 +1,26 @@
 """Side by side: an idiomatic PyTorch implementation of the eemicrogpt model against our backends.
 
-Batch 16, float32. PyTorch runs autograd with torch.optim.Adam (betas 0.85/0.99, eps 1e-8) over padded
-[B, context] batches (padding ignored by the loss, causal mask), which is how one would write it, in its best
-configuration per size: every combination of 1 or --threads threads, fused or plain Adam, eager or
+Float32. PyTorch runs autograd with torch.optim.Adam (betas 0.85/0.99, eps 1e-8) over padded [B, context]
+batches (padding ignored by the loss, causal mask), which is how one would write it, in its best
+configuration per case: every combination of 1 or --threads threads, fused or plain Adam, eager or
 torch.compile is timed first (a short tuning run each, after a warm-up that includes compiling) and the
 fastest takes part. The backends run the same steps on the same batches from the same initial parameters,
 with --threads threads where they can split a step. Rounds interleave the contenders (A/B/C, A/B/C, ...) so
-machine noise hits all alike; the table reports median us/step per size, torch's chosen configuration and
-each backend's speed-up over it.
+machine noise hits all alike; the table reports median us/step and us/sample per case, torch's chosen
+configuration and each backend's speed-up over it.
+
+A case is a width of the names model (--sizes: the seed's shape, 1 layer, context 16, batches of names, at
+every --batch) or a named shape (--shape: `recipe` is nanoGPT's CPU Shakespeare recipe, `full` its
+shakespeare_char model, or d_model,heads,layers,vocab,context,batch), which trains on random full-length
+token windows: every position live, context + 1 tokens per sequence, as text training runs.
 
 The torch model is the module `eemicrogpt export --format torch` loads into (tools/torch_model.py) with
 F.cross_entropy on top, so it follows the model's shape (layers, vocabulary, context) as the core does.
 
     python benchmarks/torch_compare.py                 # d16..d128, avx512 and numpy_ref vs torch's best
     python benchmarks/torch_compare.py --sizes 16 32 --rounds 9 --threads 2 --no-compile --json
+    python benchmarks/torch_compare.py --shape recipe --shape full --backends avx512
+    python benchmarks/torch_compare.py --sizes 16 32 64 128 256 512 1024 --batch 16 128 --backends avx512
     python benchmarks/torch_compare.py --smoke --backends numpy_ref   # seconds: proves the script runs
 """
 
@@ -41,16 +48,74 @@ import numpy as np  # noqa: E402
 
 from eemicrogpt_core.backends.backend import TrainState  # noqa: E402
 from eemicrogpt_core.backends.registry import load_registry, open_session  # noqa: E402
+from eemicrogpt_core.base.abi import LENGTH_DTYPE  # noqa: E402
 from eemicrogpt_core.data.names import BatchSampler, encode, read_names  # noqa: E402
 from eemicrogpt_core.model.optim import ADAM_BETA1, ADAM_BETA2, ADAM_EPS, lr_schedule  # noqa: E402
-from eemicrogpt_core.model.shape import ModelShape, default_heads, init_params, views  # noqa: E402
+from eemicrogpt_core.model.shape import ModelShape, ShapeError, default_heads, init_params, views  # noqa: E402
 from eemicrogpt_core.model.vocab import Vocabulary  # noqa: E402
+from eemicrogpt_core.tools.bench import step_flops  # noqa: E402
 from eemicrogpt_core.tools.torch_model import to_torch  # noqa: E402
 
 DEFAULT_NAMES = Path(__file__).resolve().parents[2] / "shared" / "data" / "names.txt"
-STEPS_PER_ROUND = {16: 40, 32: 30, 64: 12, 128: 4}  # per contender per round: a few ms to ~0.1 s each
+# d_model,heads,layers,vocab,context,batch: nanoGPT's CPU recipe for shakespeare_char (the shipped config
+# shakespeare_char_cpu) and its full shakespeare_char model.
+NAMED_SHAPES = {"recipe": "128,4,4,65,64,12", "full": "384,6,6,65,256,64"}
+STEPS_PER_ROUND = {16: 40, 32: 30, 64: 12, 128: 4}  # names, batch 16: a few ms to ~0.1 s per contender per round
+# Other cases: steps per contender per round from the step's FLOPs (tools/bench.step_flops at full length), about
+# 0.1-0.3 s of work at 100 GFLOP/s; the largest (the full shape: ~1.1 TFLOP a step) run 1 step per round.
+ROUND_FLOPS = 2e10
+MAX_STEPS_PER_ROUND = 40
 TUNING_REPEATS = 3  # timed runs of one round's steps per torch configuration (median kept)
 SMOKE_STEPS_PER_ROUND = 2  # --smoke: enough to run every code path, too few to time anything
+
+
+@dataclass(frozen=True)
+class Case:
+    """One row of the table: a shape, its batch, and whether it trains on names or random full windows."""
+
+    label: str
+    shape: ModelShape
+    batch: int
+    names: bool
+
+    def steps_per_round(self, smoke: bool) -> int:
+        if smoke:
+            return SMOKE_STEPS_PER_ROUND
+        if self.names and self.batch == 16 and self.shape.d_model in STEPS_PER_ROUND:
+            return STEPS_PER_ROUND[self.shape.d_model]
+        full = np.full((1, self.batch), self.shape.seq_len)
+        return int(np.clip(ROUND_FLOPS // step_flops(self.shape, full)[0], 1, MAX_STEPS_PER_ROUND))
+
+    def batches(self, steps: int, names: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        if self.names:
+            data, _ = encode(names, Vocabulary.names(), self.shape.context)
+            return BatchSampler(data, self.batch, seed=1234, stream=7).sample(steps)
+        rng = np.random.default_rng(1234)
+        tokens = rng.integers(0, self.shape.vocab, (steps, self.batch, self.shape.seq_len), dtype=np.uint8)
+        return tokens, np.full((steps, self.batch), self.shape.seq_len, dtype=LENGTH_DTYPE)
+
+
+def names_case(d_model: int, batch: int) -> Case:
+    # the heads `eemicrogpt bench` uses (8 at d128); the names model: 1 layer, vocabulary 27, context 16
+    return Case(f"d{d_model}", ModelShape(d_model, default_heads(d_model)), batch, names=True)
+
+
+def shape_case(spec: str) -> Case:
+    """`recipe`, `full` or d_model,heads,layers,vocab,context,batch; ValueError with a one-line reason."""
+    dims = NAMED_SHAPES.get(spec, spec)
+    try:
+        d, heads, layers, vocab, context, batch = (int(x) for x in dims.split(","))
+    except ValueError:
+        raise ValueError(f"--shape {spec!r}: expected {' or '.join(NAMED_SHAPES)} or "
+                         "d_model,heads,layers,vocab,context,batch (six integers)") from None
+    try:
+        shape = ModelShape(d, heads, n_layers=layers, vocab=vocab, context=context)
+    except ShapeError as e:
+        raise ValueError(f"--shape {spec!r}: {e}") from None
+    if batch < 1:
+        raise ValueError(f"--shape {spec!r}: batch must be >= 1, got {batch}")
+    label = spec if spec in NAMED_SHAPES else f"d{d}h{heads}L{layers}V{vocab}C{context}"
+    return Case(label, shape, batch, names=False)
 
 
 def _torch():
@@ -153,8 +218,9 @@ def torch_batches(torch, tokens: np.ndarray, lengths: np.ndarray):
     return idx, tgt.masked_fill(~live, -1)
 
 
-def compare(torch, shape: ModelShape, batches, lrs: np.ndarray, backends: list[str], rounds: int,
+def compare(torch, case: Case, batches, lrs: np.ndarray, backends: list[str], rounds: int,
             threads: int, torch_configs: list[TorchConfig]) -> dict:
+    shape = case.shape
     tokens, lengths = batches
     steps = tokens.shape[0] // rounds
     params = init_params(shape, seed=0)
@@ -163,8 +229,8 @@ def compare(torch, shape: ModelShape, batches, lrs: np.ndarray, backends: list[s
     registry = load_registry()
     sessions = {}
     for name in backends:
-        entry = registry.select(name, shape, tokens.shape[1])
-        sessions[name] = open_session(entry, shape, tokens.shape[1], threads=threads)
+        entry = registry.select(name, shape, case.batch)
+        sessions[name] = open_session(entry, shape, case.batch, threads=threads)
         sessions[name].set_state(TrainState.fresh(params))
     torch_run = TorchRun(torch, shape, params, best, idx, tgt, lrs)
     torch_run.run(0, min(2, steps))  # lazy init and compilation before the timed rounds
@@ -189,12 +255,18 @@ def compare(torch, shape: ModelShape, batches, lrs: np.ndarray, backends: list[s
     med = {name: statistics.median(t[1:] if len(t) > 1 else t) for name, t in times.items()}
     ref = np.concatenate(losses["torch"])
     return {
+        "case": case.label,
+        "shape": shape.describe(),
         "d_model": shape.d_model,
+        "batch": case.batch,
+        "data": "names" if case.names else "random full-length windows",
         "steps": steps * rounds,
+        "steps_per_round": steps,
         "threads": {name: sessions_threads[name] for name in backends},
         "torch_config": asdict(best),
         "torch_tuning_us_per_step": tuning,
         "us_per_step": med,
+        "us_per_sample": {name: t / case.batch for name, t in med.items()},
         "speedup_vs_torch": {name: med["torch"] / med[name] for name in backends},
         "max_loss_diff_vs_torch_first_10": {
             name: float(np.max(np.abs(np.concatenate(losses[name])[:10] - ref[:10]))) for name in backends
@@ -202,59 +274,94 @@ def compare(torch, shape: ModelShape, batches, lrs: np.ndarray, backends: list[s
     }
 
 
+def crossovers(results: list[dict], backends: list[str]) -> list[str]:
+    """Per backend and names batch: the narrowest width from which torch is faster, if there is one."""
+    out = []
+    for batch in sorted({row["batch"] for row in results if row["data"] == "names"}):
+        rows = sorted((row for row in results if row["data"] == "names" and row["batch"] == batch),
+                      key=lambda row: row["d_model"])
+        if len(rows) < 2:
+            continue
+        for b in backends:
+            slower = [row["d_model"] for row in rows if row["speedup_vs_torch"][b] < 1]
+            where = f"torch is faster from d{slower[0]}" if slower else "none: faster than torch at every width"
+            out.append(f"crossover, batch {batch}, {b}: {where}")
+    return out
+
+
+def print_table(results: list[dict], backends: list[str], threads: int, rounds: int, version: str) -> None:
+    print(f"torch {version}, float32, backends on up to {threads} threads; median over {rounds - 1} interleaved "
+          "rounds (speed-up = torch at its best / backend)")
+    head = ["case", "batch", "torch us/step", *(f"{b} us/step" for b in backends), "torch us/sample",
+            *(f"{b} us/sample" for b in backends), *(f"x {b}" for b in backends)]
+    print(" | ".join(head))
+    for row in results:
+        cells = [row["case"], str(row["batch"]), f"{row['us_per_step']['torch']:.1f}"]
+        cells += [f"{row['us_per_step'][b]:.1f}" for b in backends]
+        cells += [f"{row['us_per_sample'][name]:.2f}" for name in ("torch", *backends)]
+        cells += [f"{row['speedup_vs_torch'][b]:.2f}x" for b in backends]
+        print(" | ".join(cells))
+    for row in results:
+        print(f"{row['case']} b{row['batch']} ({row['shape']}, {row['data']}, {row['steps_per_round']} steps per "
+              f"round): torch's best: {TorchConfig(**row['torch_config']).label}; backends' threads {row['threads']}")
+    for row in results:
+        diffs = ", ".join(f"{b} {v:.1e}" for b, v in row["max_loss_diff_vs_torch_first_10"].items())
+        print(f"{row['case']} b{row['batch']}: largest loss difference vs torch over the first 10 steps: {diffs}")
+    for line in crossovers(results, backends):
+        print(line)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--sizes", type=int, nargs="+", default=[16, 32, 64, 128])
+    ap.add_argument("--sizes", type=int, nargs="+", default=None,
+                    help="names-model widths (default 16 32 64 128 when no --shape is given)")
+    ap.add_argument("--batch", type=int, nargs="+", default=[16], help="batches for --sizes (each one a case)")
+    ap.add_argument("--shape", action="append", default=[],
+                    help=f"{', '.join(NAMED_SHAPES)} or d_model,heads,layers,vocab,context,batch: random "
+                         "full-length windows (repeatable)")
     ap.add_argument("--backends", nargs="+", default=["avx512", "numpy_ref"])
     ap.add_argument("--rounds", type=int, default=7, help="interleaved rounds (the first is warm-up)")
-    ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--threads", type=int, default=2, help="threads for our backends and torch's 2-thread trials")
     ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile trials (slow to compile)")
     ap.add_argument("--names", type=Path, default=DEFAULT_NAMES)
     ap.add_argument("--json", action="store_true", help="print JSON instead of the table")
     ap.add_argument("--smoke", action="store_true",
-                    help="a tiny run that proves the script works (d16, 2 rounds of 2 steps, 1 thread, eager torch); "
-                         "its timings mean nothing")
+                    help="a tiny run that proves the script works (d16 unless --shape is given, 2 rounds of 2 steps, "
+                         "1 thread, eager torch); its timings mean nothing")
     args = ap.parse_args(argv)
     if args.smoke:
-        args.sizes, args.rounds, args.threads, args.no_compile = [16], 2, 1, True
+        args.rounds, args.threads, args.no_compile = 2, 1, True
+        if not args.shape:
+            args.sizes = [16]
+    if args.sizes is None:
+        args.sizes = [] if args.shape else [16, 32, 64, 128]
     if args.rounds < 2:
         ap.error("--rounds must be >= 2 (the first round is warm-up)")
     if args.threads < 1:
         ap.error("--threads must be >= 1")
-    if not args.names.is_file():
+    if min(args.batch) < 1:
+        ap.error("--batch must be >= 1")
+    cases = [names_case(d, batch) for batch in args.batch for d in args.sizes]
+    try:
+        cases += [shape_case(spec) for spec in args.shape]
+    except ValueError as e:
+        ap.error(str(e))
+    if args.sizes and not args.names.is_file():
         ap.error(f"names file not found: {args.names} (pass --names)")
     torch = _torch()
     configs = [TorchConfig(t, fused, compiled) for t, fused, compiled in itertools.product(
         sorted({1, args.threads}), (False, True), (False,) if args.no_compile else (False, True))]
-    names = read_names(args.names, drop_invalid=True, vocab=Vocabulary.names()).names
+    names = read_names(args.names, drop_invalid=True, vocab=Vocabulary.names()).names if args.sizes else []
     results = []
-    for d in args.sizes:
-        shape = ModelShape(d, default_heads(d))  # the heads `eemicrogpt bench` uses (8 at d128)
-        data, _ = encode(names, Vocabulary.names(), shape.context)
-        per_round = SMOKE_STEPS_PER_ROUND if args.smoke else STEPS_PER_ROUND.get(d, 4)
-        steps = per_round * args.rounds
-        batches = BatchSampler(data, args.batch, seed=1234, stream=7).sample(steps)
+    for case in cases:
+        steps = case.steps_per_round(args.smoke) * args.rounds
         lrs = lr_schedule(1, steps, steps, 0.003)
-        results.append(compare(torch, shape, batches, lrs, args.backends, args.rounds, args.threads, configs))
+        results.append(compare(torch, case, case.batches(steps, names), lrs, args.backends, args.rounds,
+                               args.threads, configs))
     if args.json:
-        print(json.dumps({"torch_version": torch.__version__, "batch": args.batch, "results": results}, indent=2))
-        return 0
-    print(f"torch {torch.__version__}, batch {args.batch}, backends on up to {args.threads} threads; median us/step "
-          f"over {args.rounds - 1} interleaved rounds (speed-up = torch at its best / backend)")
-    head = ["d_model", "torch"] + [f"{b}" for b in args.backends] + [f"x {b}" for b in args.backends]
-    print(" | ".join(f"{h:>12}" for h in head))
-    for row in results:
-        cells = [str(row["d_model"]), f"{row['us_per_step']['torch']:.1f}"]
-        cells += [f"{row['us_per_step'][b]:.1f}" for b in args.backends]
-        cells += [f"{row['speedup_vs_torch'][b]:.1f}x" for b in args.backends]
-        print(" | ".join(f"{c:>12}" for c in cells))
-    for row in results:
-        print(f"d{row['d_model']}: torch's best: {TorchConfig(**row['torch_config']).label}; backends' threads "
-              f"{row['threads']}")
-    for row in results:
-        diffs = ", ".join(f"{b} {v:.1e}" for b, v in row["max_loss_diff_vs_torch_first_10"].items())
-        print(f"d{row['d_model']}: largest loss difference vs torch over the first 10 steps: {diffs}")
+        print(json.dumps({"torch_version": torch.__version__, "threads": args.threads, "results": results}, indent=2))
+    else:
+        print_table(results, args.backends, args.threads, args.rounds, torch.__version__)
     return 0
 
 

@@ -57,6 +57,40 @@ def test_torch_compare_runs_the_same_model_as_the_backends() -> None:
         assert diff < 1e-5, f"{backend}'s losses differ from torch's by {diff}"
 
 
+def test_torch_compare_trains_a_named_shape_on_full_windows() -> None:
+    pytest.importorskip("torch", reason="torch is not installed (pip install torch): torch_compare needs it")
+    out = json.loads(run("benchmarks/torch_compare.py", "--smoke", "--shape", "32,4,2,11,12,3", "--backends",
+                         "numpy_ref", "auto", "--json"))
+    (row,) = out["results"]
+    assert (row["case"], row["batch"], row["steps"]) == ("d32h4L2V11C12", 3, 4), row
+    assert row["shape"] == "d32, 4 heads, 2 layers, vocab 11, context 12" and row["data"].startswith("random")
+    assert set(row["us_per_sample"]) == {"torch", "numpy_ref", "auto"}
+    for name, us in row["us_per_step"].items():
+        assert row["us_per_sample"][name] == pytest.approx(us / 3)
+    # Every position live (12 per window, no padding), 2 layers, vocabulary 11: measured at most 2.4e-7 apart
+    # (numpy_ref and avx512, float32); the names case's 1e-5 holds here with the same margin.
+    for backend, diff in row["max_loss_diff_vs_torch_first_10"].items():
+        assert diff < 1e-5, f"{backend}'s losses differ from torch's by {diff}"
+
+
+def test_torch_compare_names_its_shapes_and_refuses_bad_ones(monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = importlib.util.spec_from_file_location("torch_compare", REPO / "benchmarks/torch_compare.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "torch_compare", module)  # dataclasses resolve annotations through it
+    monkeypatch.setattr(os, "environ", dict(os.environ))  # the script sets thread variables on import
+    spec.loader.exec_module(module)
+    # nanoGPT's CPU recipe for shakespeare_char and its full model
+    recipe, full = module.shape_case("recipe"), module.shape_case("full")
+    assert (recipe.shape, recipe.batch) == (module.ModelShape(128, 4, 4, 65, 64), 12)
+    assert (full.shape, full.batch) == (module.ModelShape(384, 6, 6, 65, 256), 64)
+    assert full.steps_per_round(smoke=False) == 1 and recipe.steps_per_round(smoke=False) > 1
+    for bad in ("16,4,1,27", "16,5,1,27,16,4", "16,4,1,27,16,0", "large"):
+        done = subprocess.run([sys.executable, str(REPO / "benchmarks/torch_compare.py"), "--shape", bad],
+                              cwd=REPO, capture_output=True, text=True, timeout=TIMEOUT_S)
+        assert done.returncode == 2 and f"--shape {bad!r}" in done.stderr.splitlines()[-1], done.stderr
+
+
 def test_native_ab_compares_two_libraries(x86_library: str) -> None:
     out = run("benchmarks/native_ab.py", x86_library, x86_library, "--smoke")
     assert "shape: d16, 4 heads, 1 layer, vocab 27, context 16" in out

@@ -8,6 +8,7 @@ last residual. `vocab` counts the data's symbols plus the boundary token (the la
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -16,7 +17,16 @@ import numpy as np
 from ..base.abi import MAX_CONTEXT, MAX_D_MODEL, MAX_LAYERS, MAX_VOCAB, MIN_VOCAB
 
 RMS_EPS = 1e-5
+# Initialisation (init_stds). Up to INIT_WIDTH every tensor is N(0, INIT_STD), microgpt's init, unchanged: the shipped
+# configs and every measured result use those shapes. Wider, the matrices' std shrinks as 1/sqrt(d_model), so a
+# matrix's gain (fan-in x std^2) stays at its d128 value instead of growing with the width, and the residual
+# projections (Wo, Wf2) are divided by sqrt(2 n_layers) as GPT-2's are, so the residual (there is no final norm)
+# and the logits do not grow with depth. Measured on tiny Shakespeare (ln 65 = 4.17): the initial loss was 19-62
+# at d256-d1024 (32 at d384/6 layers, still 15.4 after 120 steps at lr 0.002) with 0.08 everywhere, and is 4.8-5.0
+# with this rule, 2.5-3.2 after those steps (docs/benchmarks.md, "Initialisation at wide widths").
 INIT_STD = 0.08
+INIT_WIDTH = 128
+RESIDUAL_PROJECTIONS = ("Wo", "Wf2")
 DEFAULT_CONTEXT = 16  # microgpt's block_size
 NAMES_VOCAB = 27  # a-z plus the boundary: the makemore names' vocabulary
 
@@ -144,7 +154,22 @@ def views(shape: ModelShape, flat: np.ndarray) -> dict[str, np.ndarray]:
     return out
 
 
+def init_stds(shape: ModelShape) -> dict[str, float]:
+    """Each tensor's initial standard deviation (the rule above INIT_STD)."""
+    if shape.d_model <= INIT_WIDTH:
+        return dict.fromkeys(shape.tensor_names, INIT_STD)
+    matrix = INIT_STD * math.sqrt(INIT_WIDTH / shape.d_model)
+    residual = matrix / math.sqrt(2 * shape.n_layers)
+    out = dict.fromkeys(EMBEDDING_TENSORS, INIT_STD)  # they feed a norm: their scale does not reach the residual
+    for name in shape.tensor_names[len(EMBEDDING_TENSORS):]:
+        out[name] = residual if name.rsplit(".", 1)[-1] in RESIDUAL_PROJECTIONS else matrix
+    return out
+
+
 def init_params(shape: ModelShape, seed: int) -> np.ndarray:
-    """N(0, INIT_STD) for every tensor, drawn from one seeded generator in layout order."""
-    rng = np.random.default_rng(seed)
-    return (rng.standard_normal(shape.n_params) * INIT_STD).astype(np.float32)
+    """N(0, init_stds) per tensor: one seeded generator's standard normals in layout order, each tensor's scaled."""
+    flat = np.random.default_rng(seed).standard_normal(shape.n_params)
+    for name, std in init_stds(shape).items():
+        rows, cols = shape.tensor_shapes[name]
+        flat[shape.offsets[name] : shape.offsets[name] + rows * cols] *= std
+    return flat.astype(np.float32)

@@ -16,7 +16,6 @@ from eemicrogpt_core.backends.backend import TrainState
 from eemicrogpt_core.backends.native import NativeSession, _ffi, load_library
 from eemicrogpt_core.base.abi import MAX_CONTEXT, MAX_D_MODEL, MAX_LAYERS
 from eemicrogpt_core.kit.abi_contract import UNSUPPORTED, raw_shape
-from eemicrogpt_core.model import reference
 from eemicrogpt_core.model.shape import ModelShape
 
 WIDTHS = tuple(range(16, 257, 16))  # each compiled as its own step (csrc/step.c)
@@ -105,20 +104,21 @@ LONG_SHAPES = (
 
 
 def test_nanogpt_like_shape_within_float32_rounding(lib_path: str) -> None:
-    """d384, 6 heads, 6 layers, Shakespeare's 65 characters at context 64: deep and wide, so float32 sums drift
-    from float64 however they are ordered (measured on clear inputs: numpy float32 2.2e-3 relative RMS, avx512
-    6.1e-4, avx2 9.3e-4). The bound is therefore numpy's own float32 error on the same inputs, which a correct
-    float32 step does not exceed by much (2x: x86 measured 0.28x and 0.42x of it)."""
+    """d384, 6 heads, 6 layers, Shakespeare's 65 characters at context 64: deep and wide. On these inputs numpy
+    float32 is 9.3e-7 (relative RMS) off the float64 gradient, but no seed keeps this shape's ~900k ReLU inputs
+    clear of float32's forward error (up to 6e-6 here; the closest input to its kink, in layer 3, is 1.9e-6 from
+    it), so a correct float32 step that sums in another order may flip one ReLU, which moves every gradient
+    below it: measured avx512 and avx2 1.0e-3 (layers 0-3; layers 4-5 and the head 2e-6). The bound is that one
+    flip with 5x room; the loss, before any ReLU's gradient, must still agree to float32 rounding."""
     shape, batch = ModelShape(384, 6, 6, 65, 64), 2
     ref = clear_inputs(shape, batch)
-    _, numpy32, _ = reference.loss_and_grads(shape, ref.params, ref.tokens, ref.lengths, np.float32)
     session = NativeSession(lib_path, shape, batch)
     session.set_state(TrainState.fresh(ref.params))
     loss, grads = session.loss_and_grads(ref.tokens, ref.lengths)
     session.close()
     assert grads is not None
     assert abs(loss - ref.loss) / ref.loss < 1e-5
-    assert rel_rms(grads, ref.grads) < 2 * rel_rms(numpy32, ref.grads)
+    assert rel_rms(grads, ref.grads) < 5e-3
 
 
 @pytest.mark.parametrize("shape", LONG_SHAPES, ids=[s.describe().replace(" ", "") for s in LONG_SHAPES])
