@@ -29,14 +29,11 @@
 /* dot_f32's summation order in the RMS norms: four accumulators (d_model is a multiple of 16 here). */
 #define DOT_CHAINS 4
 
-/* The kernels' envelope within the ABI's bounds (supports()): context and depth. Per-layer arrays are sized
- * by these, not by EMG_MAX_CONTEXT and EMG_MAX_LAYERS, which allow more than the kernels run. */
-#define SME2_MAX_CONTEXT 64
-#define SME2_MAX_LAYERS 8
-_Static_assert(SME2_MAX_CONTEXT <= EMG_MAX_CONTEXT && SME2_MAX_LAYERS <= EMG_MAX_LAYERS, "within the ABI's bounds");
-_Static_assert(SME2_MAX_CONTEXT <= 256, "row_pos holds a position in a uint8_t");
+/* Context and depth run to the ABI's bounds: the per-layer tables are sized by EMG_MAX_LAYERS, and a row's
+ * position (0..C-1) is kept in a uint8_t. */
+_Static_assert(EMG_MAX_CONTEXT <= 256, "row_pos holds a position in a uint8_t");
 
-#define MAX_ALLOCS (48 + 16 * SME2_MAX_LAYERS)
+#define MAX_ALLOCS (48 + 16 * EMG_MAX_LAYERS)
 
 /* The attention operands that need an fp16 copy in the fp16 build (see as_op). */
 enum att_op { OP_QK, OP_VALS, OP_PT, OP_ATTT, OP_VT, OP_DATTT, OP_DATT, OP_QKPM, OP_DST, OP_DS, OP_P, OP_N };
@@ -72,8 +69,8 @@ struct emg_session {
     long n_params;
     float *p, *m, *v, *g; /* params, Adam moments, gradient: the ABI layout */
     long o_tok, o_pos, o_lm;
-    struct layer_weights lw[SME2_MAX_LAYERS];
-    struct layer_acts la[SME2_MAX_LAYERS];
+    struct layer_weights lw[EMG_MAX_LAYERS];
+    struct layer_acts la[EMG_MAX_LAYERS];
     op_t *t_lm;       /* (D, V): Wlm transposed */
     const op_t *w_lm; /* (V, D) */
     /* the packed batch */
@@ -633,13 +630,12 @@ static void adam(emg_session *s, float lr) {
 
 /* ---- the hooks of the shared session layer (emg_backend.h adds the exported ABI) ---------------- */
 
-/* d_model 64..256 in steps of 16 (the Neon dot product takes 16 floats a step; below 64 the SMSTART/SMSTOP
- * overhead outweighs the small tiles, and neon serves those widths). Every head count and vocabulary the ABI
- * allows (the GEMMs take any M, N, K, head_dim included, and mask their edges); context and depth up to
- * SME2_MAX_CONTEXT and SME2_MAX_LAYERS. */
+/* d_model from 64 in steps of 16 (the Neon dot product takes 16 floats a step; below 64 the SMSTART/SMSTOP
+ * overhead outweighs the small tiles, and neon serves those widths) to the ABI's widest: every size is a
+ * run-time GEMM dimension. Every head count, vocabulary, context and depth the ABI allows (the GEMMs take
+ * any M, N, K, head_dim included, and mask their edges). */
 static int supports(const emg_shape *shape) {
-    return shape->d_model >= 64 && shape->d_model <= 256 && shape->d_model % 16 == 0
-        && shape->context <= SME2_MAX_CONTEXT && shape->n_layers <= SME2_MAX_LAYERS;
+    return shape->d_model >= 64 && shape->d_model % 16 == 0;
 }
 
 static int init(emg_session *s) {

@@ -1,7 +1,7 @@
 """Checks every ARM library shares, run by the neon and SME2 suites (backends/<dir>/tests/test_*_arm_session.py).
 
-- The kernels' envelope in context and depth (context 1-64, 1-8 layers: NEON_MAX_* in neon's session.h,
-  SME2_MAX_* in sme2_step.c), narrower than the ABI's bounds: shapes beyond it are refused, not run.
+- The kernels' envelope in context and depth where it is narrower than the ABI's bounds (context 1-64, 1-8
+  layers: NEON_MAX_* in neon's session.h; the SME2 libraries run the ABI's): shapes beyond it are refused.
 - One AdamW step (arm_adam.h, with the layer's clipping) against eemicrogpt_core.model.optim.adam_update on the
   very gradient the library computes, for weight decay, other betas and eps, and a clip that engages.
 
