@@ -31,6 +31,26 @@ static inline __attribute__((always_inline)) void put_vec(const emg_gemm *g, flo
     svst1_f32(pc, c, v);
 }
 
+/* The contraction range [lo, hi) of the register block with rows i0..i0 + bm - 1 and columns j0..j0 + bn - 1:
+ * all of K, or what g->causal leaves of it (the terms outside are exact zeros). */
+typedef struct {
+    int lo, hi;
+} k_span;
+static inline __attribute__((always_inline)) k_span contraction(const emg_gemm *g, int i0, int bm, int j0,
+                                                                int bn) __arm_streaming_compatible {
+    k_span r = {0, g->K};
+    if (g->causal == CAUSAL_K_TO_N && j0 + bn < r.hi) r.hi = j0 + bn;
+    if (g->causal == CAUSAL_K_TO_M && i0 + bm < r.hi) r.hi = i0 + bm;
+    if (g->causal == CAUSAL_K_FROM_M) r.lo = i0 < r.hi ? i0 : r.hi;
+    return r;
+}
+
+/* CAUSAL_UPPER: the block (rows from i0, bn columns from j0) holds no wanted element (i <= j). */
+static inline __attribute__((always_inline)) int below_diagonal(const emg_gemm *g, int i0, int j0,
+                                                                int bn) __arm_streaming_compatible {
+    return g->causal == CAUSAL_UPPER && i0 >= j0 + bn;
+}
+
 #define put_row(g, row, col, pc, v, add, last) put_vec(g, (g)->C, (g)->gate, (g)->ldc, row, col, pc, v, add, last)
 /* Column j of the result, rows i.. (a vertical ZA slice), into Ct's row j. */
 #define put_col(g, j, i, pc, v, add, last) put_vec(g, (g)->Ct, (g)->gate_t, (g)->ldct, j, i, pc, v, add, last)
@@ -75,10 +95,12 @@ static void gemm_body(const emg_gemm *g) __arm_streaming __arm_inout("za") {
     for (int i0 = 0; i0 < g->M; i0 += 2 * T) {
         const svbool_t pi0 = svwhilelt_b32(i0, g->M), pi1 = svwhilelt_b32(i0 + T, g->M);
         for (int j0 = 0; j0 < g->N; j0 += 2 * T) {
+            if (below_diagonal(g, i0, j0, 2 * T)) continue;
             const svbool_t pj0 = svwhilelt_b32(j0, g->N), pj1 = svwhilelt_b32(j0 + T, g->N);
-            const float *a = g->A + i0, *b = g->B + j0;
+            const k_span ks = contraction(g, i0, 2 * T, j0, 2 * T);
+            const float *a = g->A + (long)ks.lo * g->lda + i0, *b = g->B + (long)ks.lo * g->ldb + j0;
             svzero_za();
-            for (int k = 0; k < g->K; k++, a += g->lda, b += g->ldb) {
+            for (int k = ks.lo; k < ks.hi; k++, a += g->lda, b += g->ldb) {
                 const svfloat32_t a0 = svld1_f32(pi0, a), a1 = svld1_f32(pi1, a + T);
                 const svfloat32_t b0 = svld1_f32(pj0, b), b1 = svld1_f32(pj1, b + T);
                 svmopa_za32_f32_m(0, pi0, pj0, a0, b0);
@@ -123,13 +145,18 @@ static void gemm_body(const emg_gemm *g) __arm_streaming __arm_inout("za") {
     for (int i0 = 0; i0 < g->M; i0 += 2 * T) {
         const svbool_t pi = svwhilelt_b16(i0, g->M); /* rows i0 .. i0 + 2T - 1 */
         for (int j0 = 0; j0 < g->N; j0 += 2 * T) {
+            if (below_diagonal(g, i0, j0, 2 * T)) continue;
             const svbool_t pj = svwhilelt_b16(j0, g->N);
-            const op_t *a = g->A + i0, *b = g->B + j0;
+            /* the causal range widened to whole k pairs of the full contraction (0-1, 2-3, ...): the same
+             * pair sums */
+            const k_span ks = contraction(g, i0, 2 * T, j0, 2 * T);
+            const int lo = ks.lo & ~1, hi = ks.hi + (ks.hi & 1) < g->K ? ks.hi + (ks.hi & 1) : g->K;
+            const op_t *a = g->A + (long)lo * g->lda + i0, *b = g->B + (long)lo * g->ldb + j0;
             svzero_za();
-            int k = 0;
-            for (; k + 1 < g->K; k += 2, a += 2 * g->lda, b += 2 * g->ldb)
+            int k = lo;
+            for (; k + 1 < hi; k += 2, a += 2 * g->lda, b += 2 * g->ldb)
                 MOPA_PAIR(svld1_f16(pi, a), svld1_f16(pi, a + g->lda), svld1_f16(pj, b), svld1_f16(pj, b + g->ldb));
-            if (k < g->K) MOPA_PAIR(svld1_f16(pi, a), zero, svld1_f16(pj, b), zero);
+            if (k < hi) MOPA_PAIR(svld1_f16(pi, a), zero, svld1_f16(pj, b), zero);
             READ_TILE32(0, i0, j0);
             READ_TILE32(1, i0, j0 + T);
             READ_TILE32(2, i0 + T, j0);
@@ -176,21 +203,29 @@ static void gemm_body(const emg_gemm *g) __arm_streaming __arm_inout("za") {
     for (int i0 = 0; i0 < g->M; i0 += T) {
         const svbool_t pi = svwhilelt_b16(i0, g->M);
         for (int j0 = 0; j0 < g->N; j0 += 2 * T) {
+            if (below_diagonal(g, i0, j0, 2 * T)) continue;
             const svbool_t pj0 = svwhilelt_b16(j0, g->N), pj1 = svwhilelt_b16(j0 + T, g->N);
-            for (int k0 = 0; k0 < g->K; k0 += EMG_F16_KCHUNK) {
-                const int k1 = k0 + EMG_F16_KCHUNK < g->K ? k0 + EMG_F16_KCHUNK : g->K;
-                const op_t *a = g->A + (long)k0 * g->lda + i0, *b = g->B + (long)k0 * g->ldb + j0;
+            /* chunks stay where the full contraction has them (multiples of EMG_F16_KCHUNK), so a causal
+             * range sums the same fp16 partials; at least one chunk runs, storing zeros for an empty range */
+            const k_span ks = contraction(g, i0, T, j0, 2 * T);
+            const int first = ks.lo - ks.lo % EMG_F16_KCHUNK;
+            int k0 = first;
+            do {
+                const int kb = k0 > ks.lo ? k0 : ks.lo;
+                const int k1 = k0 + EMG_F16_KCHUNK < ks.hi ? k0 + EMG_F16_KCHUNK : ks.hi;
+                const op_t *a = g->A + (long)kb * g->lda + i0, *b = g->B + (long)kb * g->ldb + j0;
                 svzero_za();
-                for (int k = k0; k < k1; k++, a += g->lda, b += g->ldb) {
+                for (int k = kb; k < k1; k++, a += g->lda, b += g->ldb) {
                     const svfloat16_t av = svld1_f16(pi, a);
                     svmopa_za16_f16_m(0, pi, pj0, av, svld1_f16(pj0, b));
                     svmopa_za16_f16_m(1, pi, pj1, av, svld1_f16(pj1, b + T));
                 }
-                const int add = k0 > 0 || (g->flags & GEMM_ACC), add_t = k0 > 0; /* Ct never has GEMM_ACC */
-                const int last = k1 == g->K;
+                const int add = k0 > first || (g->flags & GEMM_ACC), add_t = k0 > first; /* Ct never has GEMM_ACC */
+                const int last = k1 == ks.hi;
                 READ_TILE16(0, i0, j0);
                 READ_TILE16(1, i0, j0 + T);
-            }
+                k0 += EMG_F16_KCHUNK;
+            } while (k0 < ks.hi);
         }
     }
 }

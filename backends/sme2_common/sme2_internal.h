@@ -37,6 +37,16 @@ typedef float op_t;
 
 enum { GEMM_ACC = 1, GEMM_RELU = 2, GEMM_GATE = 4 };
 
+/* What a causal attention product may skip (emg_gemm.causal): the mask makes these products' work
+ * triangular. Skipped terms are exact zeros, so a skipping GEMM returns the bits of the full one.
+ *   CAUSAL_UPPER:    only C[i][j] with i <= j is wanted; register blocks wholly below the diagonal are not
+ *                    computed (C keeps whatever it held there).
+ *   CAUSAL_K_TO_N:   A[k][i] B[k][j] = 0 for k > j (B is P^T, zero below the diagonal).
+ *   CAUSAL_K_TO_M:   the term is 0 for k > i (A is dS^T).
+ *   CAUSAL_K_FROM_M: the term is 0 for k < i (A is dS or P, t-major).
+ * The K modes cut each register block's contraction to the range its rows or columns need. */
+enum { CAUSAL_NONE = 0, CAUSAL_UPPER, CAUSAL_K_TO_N, CAUSAL_K_TO_M, CAUSAL_K_FROM_M };
+
 /*
  * C[i][j] = (flags & GEMM_ACC ? C[i][j] : 0) + alpha * sum_k A[k][i] * B[k][j]   (i < M, j < N, k < K)
  * with A stored k-major (A[k * lda + i]) and B stored k-major (B[k * ldb + j]): the operand layout of
@@ -62,6 +72,7 @@ typedef struct {
     float *Ct;
     long ldct;
     const float *gate_t;
+    int causal; /* CAUSAL_* */
 } emg_gemm;
 
 /* One GEMM in its own streaming session. */

@@ -27,7 +27,7 @@ from . import probe
 
 # The shapes are declared once, by supports() in sme2_common/sme2_step.c; the spec asks the library, and
 # ENVELOPE says the same in words for `eemicrogpt backends`.
-ENVELOPE = "d_model 64-256 in steps of 16, any heads with head_dim >= 4, vocabulary 2-256, context 1-64, 1-8 layers"
+ENVELOPE = "d_model 64-1024 in steps of 16, any heads with head_dim >= 4, vocabulary 2-256, context 1-256, 1-12 layers"
 
 
 @dataclass(frozen=True)

@@ -29,14 +29,11 @@
 /* dot_f32's summation order in the RMS norms: four accumulators (d_model is a multiple of 16 here). */
 #define DOT_CHAINS 4
 
-/* The kernels' envelope within the ABI's bounds (supports()): context and depth. Per-layer arrays are sized
- * by these, not by EMG_MAX_CONTEXT and EMG_MAX_LAYERS, which allow more than the kernels run. */
-#define SME2_MAX_CONTEXT 64
-#define SME2_MAX_LAYERS 8
-_Static_assert(SME2_MAX_CONTEXT <= EMG_MAX_CONTEXT && SME2_MAX_LAYERS <= EMG_MAX_LAYERS, "within the ABI's bounds");
-_Static_assert(SME2_MAX_CONTEXT <= 256, "row_pos holds a position in a uint8_t");
+/* Context and depth run to the ABI's bounds: the per-layer tables are sized by EMG_MAX_LAYERS, and a row's
+ * position (0..C-1) is kept in a uint8_t. */
+_Static_assert(EMG_MAX_CONTEXT <= 256, "row_pos holds a position in a uint8_t");
 
-#define MAX_ALLOCS (48 + 16 * SME2_MAX_LAYERS)
+#define MAX_ALLOCS (48 + 16 * EMG_MAX_LAYERS)
 
 /* The attention operands that need an fp16 copy in the fp16 build (see as_op). */
 enum att_op { OP_QK, OP_VALS, OP_PT, OP_ATTT, OP_VT, OP_DATTT, OP_DATT, OP_QKPM, OP_DST, OP_DS, OP_P, OP_N };
@@ -72,8 +69,8 @@ struct emg_session {
     long n_params;
     float *p, *m, *v, *g; /* params, Adam moments, gradient: the ABI layout */
     long o_tok, o_pos, o_lm;
-    struct layer_weights lw[SME2_MAX_LAYERS];
-    struct layer_acts la[SME2_MAX_LAYERS];
+    struct layer_weights lw[EMG_MAX_LAYERS];
+    struct layer_acts la[EMG_MAX_LAYERS];
     op_t *t_lm;       /* (D, V): Wlm transposed */
     const op_t *w_lm; /* (V, D) */
     /* the packed batch */
@@ -278,7 +275,9 @@ static void causal_softmax_forward(float *restrict pt, const float *restrict st,
  * so they are t-major: each 4x4 block of dS^T and of P^T leaves the registers it was computed or loaded in
  * a second time, transposed by TRN, as dS[t][u] and P[t][u]. No pass re-reads a block.
  * Rows and columns run to len rounded up to 4 (<= ld); P^T is 0 for u > t, so lanes with u > t add exact
- * zeros to c. Lanes of columns or rows >= len compute on stale, finite values and are never read. */
+ * zeros to c, and 4x4 blocks wholly above the diagonal (the causal GEMMs still read those within their
+ * register blocks) are stored as zeros without computing them. Lanes of columns or rows >= len compute on
+ * stale, finite values and are never read. */
 static void causal_softmax_backward(float *restrict dst, float *restrict ds, float *restrict p,
                                     const float *restrict pt, int len, int ld, float scale) {
     const float32x4_t zero = vdupq_n_f32(0.0f);
@@ -290,6 +289,14 @@ static void causal_softmax_backward(float *restrict dst, float *restrict ds, flo
         float32x4_t c = zero;
         for (int u = 0; u < live; u++) c = vfmaq_f32(c, vld1q_f32(pt + u * ld + t0), vld1q_f32(dst + u * ld + t0));
         for (int u0 = 0; u0 < len4; u0 += 4) {
+            if (u0 > t0) { /* every u of these rows is past every t of these columns: dS and P are 0 there */
+                for (int i = 0; i < 4; i++) {
+                    vst1q_f32(dst + (u0 + i) * ld + t0, zero);
+                    vst1q_f32(ds + (t0 + i) * ld + u0, zero);
+                    vst1q_f32(p + (t0 + i) * ld + u0, zero);
+                }
+                continue;
+            }
             float32x4_t pr[4], dr[4];
             for (int i = 0; i < 4; i++) {
                 const int u = u0 + i;
@@ -313,7 +320,9 @@ static void causal_softmax_backward(float *restrict dst, float *restrict ds, flo
  *   S^T[u][t] = scale * sum_j K[u][j] Q[t][j]      (A = K^T, B = Q^T: both feature-major, from the QKV GEMM)
  *   P^T = causal softmax over u of each column t    (C, outside streaming mode)
  *   att^T[j][t] = sum_u V[u][j] P^T[u][t]           (A = V position-major, B = P^T; written into att^T)
- * Computing S transposed makes P^T, the k-major operand of the value product, come out directly. */
+ * Computing S transposed makes P^T, the k-major operand of the value product, come out directly. Each
+ * product skips what the causal mask zeroes (emg_gemm.causal): blocks above the diagonal, or the part of a
+ * contraction past it. */
 static void attention_forward(emg_session *s, int batch, const struct layer_acts *a) {
     const int n = s->n_rows, d = s->d, hd = s->hd, heads = s->h, bk = s->blk;
     const long blk_size = (long)bk * bk;
@@ -325,7 +334,8 @@ static void attention_forward(emg_session *s, int batch, const struct layer_acts
             const int r0 = s->seq_start[b], len = s->seq_len[b];
             const long col = (long)hh * hd * n + r0;
             s->att_gemms[g] = (emg_gemm){.M = len, .N = len, .K = hd, .A = k_t + col, .lda = n, .B = q_t + col,
-                                         .ldb = n, .C = s->scores + g * blk_size, .ldc = bk, .alpha = scale};
+                                         .ldb = n, .C = s->scores + g * blk_size, .ldc = bk, .alpha = scale,
+                                         .causal = CAUSAL_UPPER};
         }
     sme_gemm_many(s->att_gemms, g);
 
@@ -342,7 +352,7 @@ static void attention_forward(emg_session *s, int batch, const struct layer_acts
             s->att_gemms[g2] = (emg_gemm){.M = hd, .N = len, .K = len, .A = s->vals_op + pos, .lda = d,
                                           .B = s->pt_op + g2 * blk_size, .ldb = bk,
                                           .C = s->attT + (long)hh * hd * n + r0, .ldc = n, .alpha = 1.0f,
-                                          .Ct = a->att + pos, .ldct = d};
+                                          .Ct = a->att + pos, .ldct = d, .causal = CAUSAL_K_TO_N};
         }
     sme_gemm_many(s->att_gemms, g);
 }
@@ -368,7 +378,8 @@ static void attention_backward(emg_session *s, int batch, const struct layer_act
             const int r0 = s->seq_start[b], len = s->seq_len[b];
             const long col = (long)hh * hd * n + r0;
             s->att_gemms[g] = (emg_gemm){.M = len, .N = len, .K = hd, .A = v_t + col, .lda = n, .B = datt_t + col,
-                                         .ldb = n, .C = s->scores + g * blk_size, .ldc = bk, .alpha = 1.0f};
+                                         .ldb = n, .C = s->scores + g * blk_size, .ldc = bk, .alpha = 1.0f,
+                                         .causal = CAUSAL_UPPER};
         }
     sme_gemm_many(s->att_gemms, g);
 
@@ -389,13 +400,14 @@ static void attention_backward(emg_session *s, int batch, const struct layer_act
             const long blk = g2 * blk_size, out = (long)r0 * w + hh * hd, in = (long)r0 * 2 * d + hh * hd;
             float *t = s->tA + (long)hh * hd * n + r0;
             dq[g2] = (emg_gemm){.M = len, .N = hd, .K = len, .A = ds_t + blk, .lda = bk, .B = qk_pm + in + d,
-                                .ldb = 2 * d, .C = s->dqkv + out, .ldc = w, .alpha = 1.0f, .Ct = t, .ldct = n};
+                                .ldb = 2 * d, .C = s->dqkv + out, .ldc = w, .alpha = 1.0f, .Ct = t, .ldct = n,
+                                .causal = CAUSAL_K_TO_M};
             dk[g2] = (emg_gemm){.M = len, .N = hd, .K = len, .A = ds + blk, .lda = bk, .B = qk_pm + in,
                                 .ldb = 2 * d, .C = s->dqkv + out + d, .ldc = w, .alpha = 1.0f,
-                                .Ct = t + (long)d * n, .ldct = n};
+                                .Ct = t + (long)d * n, .ldct = n, .causal = CAUSAL_K_FROM_M};
             dv[g2] = (emg_gemm){.M = len, .N = hd, .K = len, .A = p + blk, .lda = bk,
                                 .B = datt + (long)r0 * d + hh * hd, .ldb = d, .C = s->dqkv + out + 2 * d, .ldc = w,
-                                .alpha = 1.0f, .Ct = t + 2L * d * n, .ldct = n};
+                                .alpha = 1.0f, .Ct = t + 2L * d * n, .ldct = n, .causal = CAUSAL_K_FROM_M};
         }
     sme_gemm_many(s->att_gemms, 3 * g);
 }
@@ -618,13 +630,12 @@ static void adam(emg_session *s, float lr) {
 
 /* ---- the hooks of the shared session layer (emg_backend.h adds the exported ABI) ---------------- */
 
-/* d_model 64..256 in steps of 16 (the Neon dot product takes 16 floats a step; below 64 the SMSTART/SMSTOP
- * overhead outweighs the small tiles, and neon serves those widths). Every head count and vocabulary the ABI
- * allows (the GEMMs take any M, N, K, head_dim included, and mask their edges); context and depth up to
- * SME2_MAX_CONTEXT and SME2_MAX_LAYERS. */
+/* d_model from 64 in steps of 16 (the Neon dot product takes 16 floats a step; below 64 the SMSTART/SMSTOP
+ * overhead outweighs the small tiles, and neon serves those widths) to the ABI's widest: every size is a
+ * run-time GEMM dimension. Every head count, vocabulary, context and depth the ABI allows (the GEMMs take
+ * any M, N, K, head_dim included, and mask their edges). */
 static int supports(const emg_shape *shape) {
-    return shape->d_model >= 64 && shape->d_model <= 256 && shape->d_model % 16 == 0
-        && shape->context <= SME2_MAX_CONTEXT && shape->n_layers <= SME2_MAX_LAYERS;
+    return shape->d_model >= 64 && shape->d_model % 16 == 0;
 }
 
 static int init(emg_session *s) {

@@ -1,7 +1,7 @@
 """Checks every ARM library shares, run by the neon and SME2 suites (backends/<dir>/tests/test_*_arm_session.py).
 
-- The kernels' envelope in context and depth: the ABI's bounds (context 1-256, 1-12 layers) for neon; context
-  1-64, 1-8 layers for the SME2 libraries (SME2_MAX_* in sme2_step.c). Shapes beyond it are refused, not run.
+- The kernels' envelope in context and depth: every ARM library runs the ABI's bounds (context 1-256, 1-12
+  layers); shapes beyond them are refused, not run.
 - One AdamW step (arm_adam.h, with the layer's clipping) against eemicrogpt_core.model.optim.adam_update on the
   very gradient the library computes, for weight decay, other betas and eps, and a clip that engages.
 
@@ -38,8 +38,6 @@ from eemicrogpt_core.kit.conformance import _entry, _unusable, synthetic_batches
 from eemicrogpt_core.model.optim import OptimizerSettings, adam_update, clip_scale
 from eemicrogpt_core.model.shape import ModelShape, init_params
 
-SME2_MAX_CONTEXT = 64
-SME2_MAX_LAYERS = 8
 U = 2.0**-24
 SLACK = 2.0
 LR = 1e-2
@@ -57,10 +55,10 @@ CASES: dict[str, OptimizerSettings] = {
 }
 
 
-def check_envelope(backend: str, library: Path | None, d_model: int, max_context: int = SME2_MAX_CONTEXT,
-                   max_layers: int = SME2_MAX_LAYERS) -> None:
-    """Context 1-max_context and 1-max_layers run; one more of either, the ABI's own maxima when beyond, and
-    one past the ABI's bounds are refused."""
+def check_envelope(backend: str, library: Path | None, d_model: int, max_context: int = MAX_CONTEXT,
+                   max_layers: int = MAX_LAYERS) -> None:
+    """Context 1-max_context and 1-max_layers run (the ABI's bounds unless a library's kernels stop short of
+    them); one more of either, the ABI's own maxima when beyond, and one past the ABI's bounds are refused."""
     _entry(backend, ())  # skips, or fails when EEMICROGPT_REQUIRE_BACKENDS names it
     if library is None:
         _unusable(backend, "its native library was not built")

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from eemicrogpt_backend_neon import plugin
 
-from eemicrogpt_core.base.abi import MAX_CONTEXT, MAX_D_MODEL, MAX_LAYERS
+from eemicrogpt_core.base.abi import MAX_D_MODEL
 from eemicrogpt_core.model.shape import ModelShape
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "arm_common" / "tests"))
@@ -21,7 +21,7 @@ SHAPE = ModelShape(16, 4)
 def test_refuses_context_and_depth_beyond_the_envelope() -> None:
     """Neon's envelope in context and depth is the ABI's, at a compiled width and a run-time one."""
     for d_model in (16, 256, 272, MAX_D_MODEL):
-        checks.check_envelope("neon", plugin.library_path(), d_model, MAX_CONTEXT, MAX_LAYERS)
+        checks.check_envelope("neon", plugin.library_path(), d_model)
 
 
 @pytest.mark.parametrize("case", sorted(checks.CASES))

@@ -15,7 +15,10 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from eemicrogpt_core.kit.conformance import BackendConformance
+import pytest
+
+from eemicrogpt_core.kit.conformance import BackendConformance, _entry, matrix_id
+from eemicrogpt_core.model.shape import ModelShape
 
 SHAPE_MATRIX = (  # (d_model, n_heads, n_layers, vocab, context)
     (64, 16, 1, 2, 8),
@@ -55,3 +58,21 @@ class TestSme2F32EightHeads(BackendConformance):
 
     def heads_for(self, d_model: int) -> int:
         return 8
+
+
+# ABI version 3's envelope beyond version 2's, gradients against float64 only, at a batch of 2 (the kit's
+# extreme lengths: one full sequence, one of a single prediction), as emulation is slow: context 256 (the
+# causal attention GEMMs skip blocks and contraction ranges), 12 layers, and width 512 at 1 layer.
+V3_SHAPES = ((64, 4, 1, 27, 256), (64, 4, 12, 27, 16), (512, 8, 1, 27, 16))
+
+
+class _V3Gradients(TestSme2F32Conformance):
+    """TestSme2F32Conformance's matrix gradient check at a batch of 2 (not collected: only that check runs)."""
+
+    matrix_batch = 2
+
+
+@pytest.mark.parametrize("dims", V3_SHAPES, ids=matrix_id)
+def test_v3_shape_gradients_match_reference(dims: tuple[int, int, int, int, int]) -> None:
+    _entry(_V3Gradients.backend_name, ())  # skips (or fails, when required) before the reference's work
+    _V3Gradients().test_matrix_gradients_match_reference(ModelShape(*dims))
