@@ -264,7 +264,7 @@ def _config_from_flags(monkeypatch: pytest.MonkeyPatch, names_file: Path, *args:
     """The config `train` resolves from these arguments, caught before anything is trained or created."""
     seen: list[TrainConfig] = []
 
-    def capture(cfg: TrainConfig) -> None:
+    def capture(cfg: TrainConfig, **_: object) -> None:
         seen.append(cfg)
         raise ConfigError("stop")
 

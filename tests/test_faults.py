@@ -551,6 +551,21 @@ def test_memory_estimate_follows_the_dtype_and_admits_nanogpts_shape_on_24_gib()
                         describe_estimate(full, 65, available=24 * 2**30))
 
 
+def test_a_backend_that_runs_blocks_is_estimated_by_its_blocks() -> None:
+    # GPT-2 small's depth at d1024 and nanoGPT's full context and batch: the whole batch's activations would not
+    # fit 24 GiB, x86's blocks of 240 rows on 2 threads do.
+    big = TrainConfig(d_model=1024, n_heads=16, n_layers=12, context=256, batch=64, threads=2)
+    with pytest.raises(ConfigError, match="lower d_model, batch"):
+        check_memory(big, available=24 * 2**30)
+    check_memory(big, available=24 * 2**30, block_rows=240)
+    assert estimated_bytes(big, 65, block_rows=240) < estimated_bytes(big, 65) / 5
+    assert "8.5 GiB" in describe_estimate(big, 65, available=24 * 2**30, block_rows=240)
+    # Blocks never count more than the batch holds, and a longer context makes a block one whole sequence.
+    small = dataclasses.replace(big, batch=1)
+    assert estimated_bytes(small, 65, block_rows=240) == estimated_bytes(small, 65)
+    assert estimated_bytes(big, 65, block_rows=8) == estimated_bytes(big, 65, block_rows=257)
+
+
 @pytest.mark.parametrize(
     ("text", "fragment"),
     [

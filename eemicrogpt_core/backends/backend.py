@@ -127,6 +127,10 @@ class BackendSpec:
     # Its sessions give bit-identical results whatever their thread count, so `threads: auto` may change the
     # count between any two calls (the conformance kit checks it when set).
     thread_independent: bool = False
+    # Packed positions whose activations one thread keeps at a time, when the backend runs a batch block by
+    # block (a block grows to one whole sequence when the context is longer); None: it keeps every position of
+    # the batch, as numpy_ref does. Only the memory estimate reads it (training/limits.py).
+    block_rows: int | None = None
 
     def unsupported_reason(self, shape: ModelShape, batch: int, dtype: str = "float32") -> str | None:
         """None when this backend can run the shape, otherwise a sentence saying why not."""

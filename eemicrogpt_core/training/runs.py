@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from ..backends.registry import BackendRegistry
+from ..backends.registry import BackendEntry, BackendRegistry
 from ..base.errors import CheckpointError, ConfigError
 from ..base.paths import user_path
 from ..data.datafile import given_data_path, resolve_data_path
@@ -32,7 +32,7 @@ from ..model.shape import NAMES_VOCAB
 from ..model.vocab import Vocabulary
 from .checkpoint import Checkpoint, load_checkpoint
 from .config import TrainConfig, build_config, resolve_backend
-from .limits import check_memory
+from .limits import LEAST_ROWS, WHOLE_BATCH, check_memory
 from .rundir import RunDir
 from .sinks import SinkReporter, check_installed, open_sinks
 from .trainer import NullReporter, PreparedData, Reporter, TrainResult, check_optimizer, prepare_data, train
@@ -84,7 +84,7 @@ def plan_fresh(registry: BackendRegistry, cfg: TrainConfig, *, backend: str | No
     """A new run of `cfg` (already built from its sources); backend and data are the caller's explicit choices
     (a flag, an argument, a sweep's resolved value), which outrank the environment and the config. out_option
     names cfg.out in errors."""
-    check_memory(cfg)
+    check_memory(cfg, block_rows=LEAST_ROWS)  # before any download; the chosen backend's figure comes below
     check_installed(cfg)
     cfg = dataclasses.replace(cfg, backend=resolve_backend(backend, cfg.backend))
     given = given_data_path(data, cfg.data, data_format=cfg.data_format)
@@ -94,9 +94,16 @@ def plan_fresh(registry: BackendRegistry, cfg: TrainConfig, *, backend: str | No
     prepared = prepare(cfg, None)
     # The data decides the vocabulary, and with it the shape a backend must run.
     shape = cfg.model_shape(prepared.vocab.size)
-    check_optimizer(registry.select(cfg.backend, shape, cfg.batch, cfg.dtype, cfg.precision), shape, cfg)
+    entry = registry.select(cfg.backend, shape, cfg.batch, cfg.dtype, cfg.precision)
+    check_memory_on(entry, cfg, prepared.vocab.size)
+    check_optimizer(entry, shape, cfg)
     run = RunDir.create(cfg.out, cfg, out_option)
     return RunPlan(dataclasses.replace(cfg, out=str(run.path)), run, prepared)
+
+
+def check_memory_on(entry: BackendEntry, cfg: TrainConfig, vocab: int) -> None:
+    """The memory check with the chosen backend's way of holding a batch."""
+    check_memory(cfg, block_rows=entry.spec.block_rows if entry.spec is not None else WHOLE_BATCH, vocab=vocab)
 
 
 def check_same_data(ckpt: Checkpoint, prepared: PreparedData, cfg: TrainConfig, allow_change: bool,
@@ -143,9 +150,9 @@ def plan_resume(
         return AlreadyFinished(run, ckpt)
     if changes:
         cfg = build_config([(changes_source, changes)], cfg)
-    check_memory(cfg)
     check_installed(cfg)
     entry = registry.select(cfg.backend, ckpt.shape, cfg.batch, cfg.dtype, cfg.precision)
+    check_memory_on(entry, cfg, ckpt.shape.vocab)
     check_optimizer(entry, ckpt.shape, cfg)  # the saved optimiser, on the backend this resume runs on
     chosen = entry.name
     prepared = prepare(cfg, ckpt.vocab)

@@ -44,6 +44,9 @@ def _probe(name: str):
     return run
 
 
+BLOCK_ROWS = 240  # csrc/session.h BLOCK_ROWS: each thread's activations cover one block of this many rows
+
+
 @hookimpl
 def eemicrogpt_backends() -> Iterator[BackendSpec]:
     for name in VARIANTS:
@@ -59,6 +62,7 @@ def eemicrogpt_backends() -> Iterator[BackendSpec]:
             extra={"distribution": "eemicrogpt-backend-x86", "isa": name},
             envelope=ENVELOPE,
             thread_independent=True,  # a batch's chunks depend on its size alone (csrc/threads.h)
+            block_rows=BLOCK_ROWS,
         )
 
 

@@ -4,8 +4,10 @@ the registry picks from it."""
 from __future__ import annotations
 
 import platform
+import re
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 from eemicrogpt_backend_x86 import libs, plugin
@@ -144,3 +146,11 @@ def test_bf16_is_picked_by_auto_only_when_asked_and_masks_by_name(monkeypatch: p
     monkeypatch.setenv(DISABLE_ENV, "avx512_bf16")
     assert probe("avx512_bf16").reason == "avx512_bf16: CPU lacks AVX512BF16 (masked by EEMICROGPT_X86_DISABLE)"
     assert probe("avx512").available
+
+
+def test_specs_declare_the_block_rows_of_the_c_session() -> None:
+    """The memory estimate counts one block per thread by plugin.BLOCK_ROWS; it must be csrc/session.h's."""
+    header = Path(__file__).resolve().parents[1] / "csrc" / "session.h"
+    rows = re.search(r"^#define BLOCK_ROWS (\d+)", header.read_text(), re.M)
+    assert rows is not None and int(rows.group(1)) == plugin.BLOCK_ROWS
+    assert {spec.block_rows for spec in plugin.eemicrogpt_backends()} == {plugin.BLOCK_ROWS}
