@@ -70,6 +70,11 @@ class BackendEntry:
     # Runs the probe on first need (set by load_registry; None once probed, or for an entry built by hand).
     prober: Callable[[list[BackendEntry]], None] | None = field(default=None, repr=False, compare=False)
 
+    @property
+    def block_rows(self) -> int | None:
+        """BackendSpec.block_rows, for the memory estimate (None: the whole batch, or no spec)."""
+        return self.spec.block_rows if self.spec is not None else None
+
     def _probed(self) -> BackendEntry:
         if self.prober is not None:
             self.prober([self])

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from ..backends.registry import BackendEntry, BackendRegistry
+from ..backends.registry import BackendRegistry
 from ..base.errors import CheckpointError, ConfigError
 from ..base.paths import user_path
 from ..data.datafile import given_data_path, resolve_data_path
@@ -32,7 +32,7 @@ from ..model.shape import NAMES_VOCAB
 from ..model.vocab import Vocabulary
 from .checkpoint import Checkpoint, load_checkpoint
 from .config import TrainConfig, build_config, resolve_backend
-from .limits import LEAST_ROWS, WHOLE_BATCH, check_memory
+from .limits import LEAST_ROWS, check_memory
 from .rundir import RunDir
 from .sinks import SinkReporter, check_installed, open_sinks
 from .trainer import NullReporter, PreparedData, Reporter, TrainResult, check_optimizer, prepare_data, train
@@ -95,15 +95,10 @@ def plan_fresh(registry: BackendRegistry, cfg: TrainConfig, *, backend: str | No
     # The data decides the vocabulary, and with it the shape a backend must run.
     shape = cfg.model_shape(prepared.vocab.size)
     entry = registry.select(cfg.backend, shape, cfg.batch, cfg.dtype, cfg.precision)
-    check_memory_on(entry, cfg, prepared.vocab.size)
+    check_memory(cfg, block_rows=entry.block_rows, vocab=prepared.vocab.size)
     check_optimizer(entry, shape, cfg)
     run = RunDir.create(cfg.out, cfg, out_option)
     return RunPlan(dataclasses.replace(cfg, out=str(run.path)), run, prepared)
-
-
-def check_memory_on(entry: BackendEntry, cfg: TrainConfig, vocab: int) -> None:
-    """The memory check with the chosen backend's way of holding a batch."""
-    check_memory(cfg, block_rows=entry.spec.block_rows if entry.spec is not None else WHOLE_BATCH, vocab=vocab)
 
 
 def check_same_data(ckpt: Checkpoint, prepared: PreparedData, cfg: TrainConfig, allow_change: bool,
@@ -152,7 +147,7 @@ def plan_resume(
         cfg = build_config([(changes_source, changes)], cfg)
     check_installed(cfg)
     entry = registry.select(cfg.backend, ckpt.shape, cfg.batch, cfg.dtype, cfg.precision)
-    check_memory_on(entry, cfg, ckpt.shape.vocab)
+    check_memory(cfg, block_rows=entry.block_rows, vocab=ckpt.shape.vocab)
     check_optimizer(entry, ckpt.shape, cfg)  # the saved optimiser, on the backend this resume runs on
     chosen = entry.name
     prepared = prepare(cfg, ckpt.vocab)
