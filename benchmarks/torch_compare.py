@@ -51,15 +51,12 @@ from eemicrogpt_core.backends.registry import load_registry, open_session  # noq
 from eemicrogpt_core.base.abi import LENGTH_DTYPE  # noqa: E402
 from eemicrogpt_core.data.names import BatchSampler, encode, read_names  # noqa: E402
 from eemicrogpt_core.model.optim import ADAM_BETA1, ADAM_BETA2, ADAM_EPS, lr_schedule  # noqa: E402
-from eemicrogpt_core.model.shape import ModelShape, ShapeError, default_heads, init_params, views  # noqa: E402
+from eemicrogpt_core.model.shape import ModelShape, default_heads, init_params, views  # noqa: E402
 from eemicrogpt_core.model.vocab import Vocabulary  # noqa: E402
-from eemicrogpt_core.tools.bench import step_flops  # noqa: E402
+from eemicrogpt_core.tools.bench import NAMED_SHAPES, parse_shape, step_flops  # noqa: E402
 from eemicrogpt_core.tools.torch_model import to_torch  # noqa: E402
 
 DEFAULT_NAMES = Path(__file__).resolve().parents[2] / "shared" / "data" / "names.txt"
-# d_model,heads,layers,vocab,context,batch: nanoGPT's CPU recipe for shakespeare_char (the shipped config
-# shakespeare_char_cpu) and its full shakespeare_char model.
-NAMED_SHAPES = {"recipe": "128,4,4,65,64,12", "full": "384,6,6,65,256,64"}
 STEPS_PER_ROUND = {16: 40, 32: 30, 64: 12, 128: 4}  # names, batch 16: a few ms to ~0.1 s per contender per round
 # Other cases: steps per contender per round from the step's FLOPs (tools/bench.step_flops at full length), about
 # 0.1-0.3 s of work at 100 GFLOP/s; the largest (the full shape: ~1.1 TFLOP a step) run 1 step per round.
@@ -102,19 +99,7 @@ def names_case(d_model: int, batch: int) -> Case:
 
 def shape_case(spec: str) -> Case:
     """`recipe`, `full` or d_model,heads,layers,vocab,context,batch; ValueError with a one-line reason."""
-    dims = NAMED_SHAPES.get(spec, spec)
-    try:
-        d, heads, layers, vocab, context, batch = (int(x) for x in dims.split(","))
-    except ValueError:
-        raise ValueError(f"--shape {spec!r}: expected {' or '.join(NAMED_SHAPES)} or "
-                         "d_model,heads,layers,vocab,context,batch (six integers)") from None
-    try:
-        shape = ModelShape(d, heads, n_layers=layers, vocab=vocab, context=context)
-    except ShapeError as e:
-        raise ValueError(f"--shape {spec!r}: {e}") from None
-    if batch < 1:
-        raise ValueError(f"--shape {spec!r}: batch must be >= 1, got {batch}")
-    label = spec if spec in NAMED_SHAPES else f"d{d}h{heads}L{layers}V{vocab}C{context}"
+    label, shape, batch = parse_shape(spec)
     return Case(label, shape, batch, names=False)
 
 
@@ -345,7 +330,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cases += [shape_case(spec) for spec in args.shape]
     except ValueError as e:
-        ap.error(str(e))
+        ap.error(f"--{e}")
     if args.sizes and not args.names.is_file():
         ap.error(f"names file not found: {args.names} (pass --names)")
     torch = _torch()

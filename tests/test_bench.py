@@ -127,9 +127,40 @@ def test_bench_precision_picks_the_backends_of_that_precision(names_file: Path) 
     assert sorted(r["backend"] for r in rows) == bf16 and {r["precision"] for r in rows} == {"bf16"}
 
 
+def test_bench_shape_times_full_windows_of_that_shape(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--shape: nanoGPT's named shapes are what they say, and a spec runs on full-length windows of its own
+    vocabulary and context (every position of every sequence live), reading no data file."""
+    assert bench.parse_shape("recipe")[1:] == (ModelShape(128, 4, 4, 65, 64), 12)
+    assert bench.parse_shape("full")[1:] == (ModelShape(384, 6, 6, 65, 256), 64)
+    monkeypatch.setenv("EEMICROGPT_DATA", str(tmp_path / "absent.txt"))  # reading it would fail the command
+    result = CliRunner().invoke(cli.app, [
+        "bench", "--backend", "numpy_ref", "--shape", "32,4,2,11,24,3", "--seconds", "0.03", "--repeats", "1",
+        "--json",
+    ])
+    assert result.exit_code == 0, result.output
+    (row,) = json.loads(result.stdout)["speed"]
+    assert (row["d_model"], row["n_heads"], row["n_layers"], row["vocab"], row["context"], row["batch"]) == (
+        32, 4, 2, 11, 24, 3)
+    assert row["live_positions"] == 3 * 24
+
+
+def test_bench_batch_runs_each_batch(names_file: Path) -> None:
+    result = CliRunner().invoke(cli.app, [
+        "bench", "--backend", "numpy_ref", "--d-model", "16", "--batch", "4", "--batch", "32", "--seconds", "0.03",
+        "--repeats", "1", "--data", str(names_file), "--json",
+    ])
+    assert result.exit_code == 0, result.output
+    assert [r["batch"] for r in json.loads(result.stdout)["speed"]] == [4, 32]
+
+
 @pytest.mark.parametrize(
     ("args", "fragment"),
     [
+        (["--shape", "large"], "--shape 'large': expected recipe or full or d_model,heads,layers,vocab,context,batch"),
+        (["--shape", "16,5,1,27,16,4"], "--shape '16,5,1,27,16,4': "),
+        (["--shape", "16,4,1,27,16,5000"], "--shape '16,4,1,27,16,5000': batch must be in 1..4096"),
+        (["--shape", "recipe", "--d-model", "16"], "--shape: names the whole shape"),
+        (["--batch", "0"], "--batch must be in 1..4096, got 0"),
         (["--d-model", "30"], "--d-model 30"),
         (["--backend", "nope"], "unknown backend 'nope'"),
         (["--repeats", "0"], "--repeats must be in 1..1000"),

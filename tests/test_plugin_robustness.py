@@ -260,7 +260,7 @@ def test_one_failing_backend_does_not_abort_bench(names_file: Path) -> None:
     plugin = _plugin("p", BackendSpec("broken", "d", lambda: ProbeResult.ok(1), broken_factory))
     reg = load_registry(extra_plugins=(plugin,))
     data, _ = encode(read_names(names_file).names, Vocabulary.names(), DEFAULT_CONTEXT)
-    cells = bench.speed_cells([reg.get("broken"), reg.get("numpy_ref")], (16,))
+    cells = bench.speed_cells([reg.get("broken"), reg.get("numpy_ref")], [ModelShape(16)])
     rows, _ = bench.measure(cells, data, repeats=2, target_s=0.02)
     by_backend = {r.backend: r for r in rows}
     assert "kernel table missing" in by_backend["broken"].error

@@ -34,7 +34,7 @@ from ..model.vocab import Vocabulary
 from ..tools import bench
 from ..training import runs
 from ..training.checkpoint import load_checkpoint
-from ..training.config import MAX_D_MODEL, SETTINGS, TrainConfig, load_config
+from ..training.config import MAX_CONFIG_BATCH, MAX_D_MODEL, SETTINGS, TrainConfig, load_config
 from ..training.progress import RichReporter
 from ..training.rundir import BEST_NAME, model_file
 from ..training.trainer import PreparedData, TrainResult
@@ -489,6 +489,12 @@ def bench_cmd(
     vocab: Annotated[int | None, typer.Option(help="vocabulary size (default: the names file's 27; another "
                                               "size or --context runs on synthetic names)")] = None,
     context: Annotated[int | None, typer.Option(help="predictions per name (default 16)")] = None,
+    batch: Annotated[list[int] | None, typer.Option(
+        help="batches of the --d-model table (repeatable; default 16; the seed's table is 16 and 128)")] = None,
+    shape: Annotated[list[str] | None, typer.Option(
+        help=f"instead of --d-model: {', '.join(bench.NAMED_SHAPES)} (nanoGPT's CPU recipe and full "
+             "shakespeare_char model) or d_model,heads,layers,vocab,context,batch, on random full-length "
+             "windows as text trains (repeatable)")] = None,
 ) -> None:
     """Median us/step, us/sample, steps/s, GFLOP/s and % of FP32 peak (of the cores used) per backend and size."""
     sizes = tuple(d_model) if d_model else bench.SIZES
@@ -500,6 +506,21 @@ def bench_cmd(
             form.shape(d)
         except ValueError as e:
             raise ConfigError(f"--d-model {d} with --n-layers/--vocab/--context: {e}") from None
+    batches = list(dict.fromkeys(batch)) if batch else [16]
+    for b in batches:
+        if not 1 <= b <= MAX_CONFIG_BATCH:
+            raise ConfigError(f"--batch must be in 1..{MAX_CONFIG_BATCH}, got {b}")
+    cases: list[tuple[str, ModelShape, int]] = []
+    for spec in shape or ():
+        if d_model or batch or batch_scaling or loss_at is not None or n_layers != 1 or vocab or context:
+            raise ConfigError("--shape: names the whole shape; it cannot be combined with --d-model, --batch, "
+                              "--n-layers, --vocab, --context, --batch-scaling or --loss-at")
+        try:
+            cases.append(bench.parse_shape(spec))
+        except ValueError as e:
+            raise ConfigError(f"--{e}") from None
+        if not 1 <= cases[-1][2] <= MAX_CONFIG_BATCH:
+            raise ConfigError(f"--shape {spec!r}: batch must be in 1..{MAX_CONFIG_BATCH}, got {cases[-1][2]}")
     if not 1 <= repeats <= MAX_BENCH_REPEATS:
         raise ConfigError(f"--repeats must be in 1..{MAX_BENCH_REPEATS}, got {repeats}")
     for flag, value, bound in (("--seconds", seconds, MAX_BENCH_SECONDS), ("--loss-at", loss_at, MAX_BENCH_SECONDS),
@@ -514,12 +535,15 @@ def bench_cmd(
         raise ConfigError(f"--precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
     registry = load_registry()
     entries = bench.pick_backends(registry, backend, precision)
-    data_path = resolve_data_path(data, None)
-    base = TrainConfig(data=str(data_path))
-    names = read_names(data_path)
-    vocab_table = Vocabulary.from_names(names.names)
-    parts = split(encode(names.names, vocab_table, base.context)[0], base.val_fraction, base.seed)
-    train_set = parts.train if form.uses_names else bench.synthetic_data(form)
+    # Names are read only when a cell trains on them: --shape and synthetic forms need no data file.
+    needs_names = not cases and (form.uses_names or loss_at is not None)
+    data_path = resolve_data_path(data, None) if needs_names else None
+    if data_path is not None:
+        base = TrainConfig(data=str(data_path))
+        names = read_names(data_path)
+        vocab_table = Vocabulary.from_names(names.names)
+        parts = split(encode(names.names, vocab_table, base.context)[0], base.val_fraction, base.seed)
+    train_set = parts.train if form.uses_names and data_path is not None else bench.synthetic_data(form)
     # Each backend is compared with the peak of the precision it computes in; the user's FP32 figure wins.
     peaks: dict[str, float] = {}
     peak_sources: dict[str, str] = {}
@@ -531,21 +555,33 @@ def bench_cmd(
         if measured is not None:
             peaks[prec], peak_sources[prec] = measured.gflops, f"measured by {measured.source}"
     console = _wide_console(stderr=as_json)
-    console.print(f"timing {', '.join(e.name for e in entries)} at d_model {', '.join(map(str, sizes))} ...")
     timing: dict[str, Any] = {"peaks": peaks, "repeats": repeats, "target_s": seconds}
-    rows, notes = bench.measure(bench.speed_cells(entries, sizes, threads=thread_counts), train_set, form=form,
-                                **timing)
+    shapes = [form.shape(d) for d in sizes]
+    if cases:
+        console.print(f"timing {', '.join(e.name for e in entries)} at {', '.join(c[0] for c in cases)} ...")
+        rows, notes = [], []
+        for _, case_shape, case_batch in cases:
+            more_rows, more_notes = bench.measure(
+                bench.speed_cells(entries, [case_shape], [case_batch], threads=thread_counts),
+                bench.full_windows(case_shape), **timing)
+            rows += more_rows
+            notes += more_notes
+    else:
+        console.print(f"timing {', '.join(e.name for e in entries)} at d_model {', '.join(map(str, sizes))} ...")
+        rows, notes = bench.measure(bench.speed_cells(entries, shapes, batches, threads=thread_counts), train_set,
+                                    **timing)
     bench.require_measured(rows, notes)
     scaling: list[bench.BenchRow] = []
     losses: list[bench.LossRow] = []
     best = bench.best_backend(registry, backend, sizes, precision) if (batch_scaling or loss_at) else None
     if batch_scaling and best is not None:
         console.print(f"batch scaling on {best.name} ...")
-        scaling, more = bench.measure(bench.scaling_cells(best, sizes, threads=thread_counts), train_set, form=form,
+        scaling, more = bench.measure(bench.scaling_cells(best, shapes, threads=thread_counts), train_set,
                                       **timing)
         notes += more
     if loss_at is not None and best is not None:
         console.print(f"loss within {loss_at:g} s on {best.name} ...")
+        assert data_path is not None  # read above for --loss-at
         prepared = PreparedData(parts.train, parts.validation, 0, 0, vocab_table)
         losses = bench.loss_at(registry, best, sizes, prepared, str(data_path), loss_at, thread_counts[-1])
     if as_json:
@@ -554,7 +590,12 @@ def bench_cmd(
         print(json.dumps(payload, indent=2))
         _exit_if_failed([*rows, *scaling, *losses], console)
         return
-    console.print(_speed_table("us/step at batch 16", rows))
+    if cases:
+        for label, case_shape, case_batch in cases:
+            console.print(_speed_table(f"us/step, {label} (full-length windows)",
+                                       [r for r in rows if r.shape == case_shape and r.batch == case_batch]))
+    else:
+        console.print(_speed_table(f"us/step at batch {', '.join(map(str, batches))}", rows))
     if scaling:
         console.print(_speed_table(f"batch scaling ({scaling[0].backend})", scaling))
     if losses:

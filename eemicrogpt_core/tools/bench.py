@@ -37,6 +37,9 @@ from ..training.config import PRESETS, TrainConfig, preset
 from ..training.trainer import PreparedData, train
 
 SIZES = tuple(PRESETS)  # 16, 32, 64, 128
+# d_model, heads, layers, vocabulary, context, batch: nanoGPT's CPU recipe for shakespeare_char (the shipped config
+# shakespeare_char_cpu) and its full shakespeare_char model. `--shape` in `eemicrogpt bench` and torch_compare.py.
+NAMED_SHAPES = {"recipe": (128, 4, 4, 65, 64, 12), "full": (384, 6, 6, 65, 256, 64)}
 SCALING_BATCHES = (1, 16, 64, 256)
 ADAM_FLOPS_PER_PARAM = 12
 BENCH_STREAM = 4  # batch stream of the benchmark: independent of the training streams
@@ -84,6 +87,33 @@ def synthetic_data(form: Form, n: int = 4096, seed: int = 0) -> Dataset:
     return Dataset(tokens, lengths)
 
 
+def parse_shape(spec: str) -> tuple[str, ModelShape, int]:
+    """`recipe`, `full` or d_model,heads,layers,vocab,context,batch as (label, shape, batch); ValueError with a
+    one-line reason."""
+    try:
+        dims = NAMED_SHAPES.get(spec) or tuple(int(x) for x in spec.split(","))
+        d, heads, layers, vocab, context, batch = dims
+    except ValueError:
+        raise ValueError(f"shape {spec!r}: expected {' or '.join(NAMED_SHAPES)} or "
+                         "d_model,heads,layers,vocab,context,batch (six integers)") from None
+    try:
+        shape = ModelShape(d, heads, n_layers=layers, vocab=vocab, context=context)
+    except ValueError as e:
+        raise ValueError(f"shape {spec!r}: {e}") from None
+    if batch < 1:
+        raise ValueError(f"shape {spec!r}: batch must be >= 1, got {batch}")
+    label = spec if spec in NAMED_SHAPES else f"d{d}h{heads}L{layers}V{vocab}C{context}"
+    return label, shape, batch
+
+
+def full_windows(shape: ModelShape, n: int = 1024, seed: int = 0) -> Dataset:
+    """n random token windows of the whole sequence length (context + 1 tokens, every position live), as text
+    training feeds a step."""
+    rng = np.random.default_rng([seed, BENCH_STREAM])
+    tokens = rng.integers(0, shape.vocab, (n, shape.seq_len), dtype=np.uint8)
+    return Dataset(tokens, np.full(n, shape.seq_len, LENGTH_DTYPE))
+
+
 @dataclass
 class BenchRow:
     backend: str
@@ -104,6 +134,10 @@ class BenchRow:
     n_layers: int = 1
     vocab: int = NAMES_VOCAB
     context: int = DEFAULT_CONTEXT
+
+    @property
+    def shape(self) -> ModelShape:
+        return ModelShape(self.d_model, self.n_heads, self.n_layers, self.vocab, self.context)
 
     @property
     def us_per_live_position(self) -> float:
@@ -212,7 +246,7 @@ def pick_backends(
     return entries
 
 
-Cell = tuple[BackendEntry, int, int, int | None]  # (backend, d_model, batch, threads: None = the default)
+Cell = tuple[BackendEntry, ModelShape, int, int | None]  # (backend, shape, batch, threads: None = the default)
 
 
 def measure(
@@ -222,26 +256,24 @@ def measure(
     peaks: dict[str, float] | None = None,
     repeats: int = 5,
     target_s: float = 0.3,
-    form: Form = Form(),
 ) -> tuple[list[BenchRow], list[str]]:
-    """Time each (backend, d_model, batch, threads) cell that the backend supports; a note for each it does not.
+    """Time each (backend, shape, batch, threads) cell that the backend supports; a note for each it does not.
 
     A backend that raises gets a row holding its error, and the other cells still run. A backend that cannot
     split a step runs every thread request on one thread: its repeats are measured once.
     """
     rows, notes = [], []
-    skipped: set[tuple[str, int, int]] = set()
+    skipped: set[tuple[str, ModelShape, int]] = set()
     one_thread: set[str] = set()  # backends seen running a request for more threads on one
-    done: set[tuple[str, int, int, int]] = set()
-    for entry, d, batch, threads in cells:
-        shape = form.shape(d)
+    done: set[tuple[str, ModelShape, int, int]] = set()
+    for entry, shape, batch, threads in cells:
         reason = entry.spec.unsupported_reason(shape, batch) if entry.spec else "no spec"
         if reason:
-            if (entry.name, d, batch) not in skipped:
-                notes.append(f"{entry.name} d{d} batch {batch}: skipped ({reason})")
-                skipped.add((entry.name, d, batch))
+            if (entry.name, shape, batch) not in skipped:
+                notes.append(f"{entry.name} d{shape.d_model} batch {batch}: skipped ({reason})")
+                skipped.add((entry.name, shape, batch))
             continue
-        if entry.name in one_thread and (entry.name, d, batch, 1) in done:
+        if entry.name in one_thread and (entry.name, shape, batch, 1) in done:
             continue  # the same one-thread cell again
         try:
             row = time_steps(entry, shape, batch, data, repeats=repeats, target_s=target_s, peaks=peaks,
@@ -251,9 +283,9 @@ def measure(
             continue
         if threads != 1 and row.threads == 1:
             one_thread.add(entry.name)
-        if (entry.name, d, batch, row.threads) not in done:
+        if (entry.name, shape, batch, row.threads) not in done:
             rows.append(row)
-            done.add((entry.name, d, batch, row.threads))
+            done.add((entry.name, shape, batch, row.threads))
     return rows, notes
 
 
@@ -264,19 +296,20 @@ def require_measured(rows: list[BenchRow], notes: list[str]) -> None:
 
 
 def speed_cells(
-    entries: Iterable[BackendEntry], sizes: Iterable[int], batch: int = 16, threads: Sequence[int | None] = (None,)
+    entries: Iterable[BackendEntry], shapes: Iterable[ModelShape], batches: Iterable[int] = (16,),
+    threads: Sequence[int | None] = (None,),
 ) -> list[Cell]:
-    """Every backend at every size and thread count, batch 16: the main table. A backend's thread counts run
+    """Every backend at every shape, batch and thread count: the main table. A backend's thread counts run
     back to back, so their ratio is measured side by side."""
-    return [(entry, d, batch, t) for entry in entries for d in sizes for t in threads]
+    return [(entry, shape, b, t) for entry in entries for shape in shapes for b in batches for t in threads]
 
 
 def scaling_cells(
-    entry: BackendEntry, sizes: Iterable[int], batches: Iterable[int] = SCALING_BATCHES,
+    entry: BackendEntry, shapes: Iterable[ModelShape], batches: Iterable[int] = SCALING_BATCHES,
     threads: Sequence[int | None] = (None,),
 ) -> list[Cell]:
-    """One backend at every size, batch and thread count: the batch-scaling table."""
-    return [(entry, d, b, t) for d in sizes for b in batches for t in threads]
+    """One backend at every shape, batch and thread count: the batch-scaling table."""
+    return [(entry, shape, b, t) for shape in shapes for b in batches for t in threads]
 
 
 def best_backend(
