@@ -61,6 +61,7 @@ STEPS_PER_ROUND = {16: 40, 32: 30, 64: 12, 128: 4}  # names, batch 16: a few ms 
 # Other cases: steps per contender per round from the step's FLOPs (tools/bench.step_flops at full length), about
 # 0.1-0.3 s of work at 100 GFLOP/s; the largest (the full shape: ~1.1 TFLOP a step) run 1 step per round.
 ROUND_FLOPS = 2e10
+LR, LR_FULL_WIDTH = 0.003, 128  # case_lr
 MAX_STEPS_PER_ROUND = 40
 TUNING_REPEATS = 3  # timed runs of one round's steps per torch configuration (median kept)
 SMOKE_STEPS_PER_ROUND = 2  # --smoke: enough to run every code path, too few to time anything
@@ -90,6 +91,13 @@ class Case:
         rng = np.random.default_rng(1234)
         tokens = rng.integers(0, self.shape.vocab, (steps, self.batch, self.shape.seq_len), dtype=np.uint8)
         return tokens, np.full((steps, self.batch), self.shape.seq_len, dtype=LENGTH_DTYPE)
+
+
+def case_lr(shape: ModelShape) -> float:
+    """The peak learning rate of a case: 0.003 to d128, then falling as 1/width. Adam's first step moves every
+    weight by about the rate whatever its gradient, so at 0.003 a d1024 model's loss leaps from 3.9 to ~50 on the
+    first step and the loss comparison would measure that chaos, not whether the contenders agree."""
+    return LR * min(1.0, LR_FULL_WIDTH / shape.d_model)
 
 
 def names_case(d_model: int, batch: int) -> Case:
@@ -131,6 +139,10 @@ class TorchRun:
         self.torch, self.config, self.idx, self.tgt, self.lrs = torch, config, idx, tgt, lrs
         self.shape = shape
         self.model = build_torch_model(torch, shape, params)
+        if config.compiled:
+            # Every model here is a new class, so without a reset dynamo's per-function cache fills after 8 of
+            # them and the rest would silently run eager under the label `compiled`.
+            torch._dynamo.reset()
         self.forward = torch.compile(self.model) if config.compiled else self.model
         self.reset(params)
 
@@ -340,7 +352,7 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     for case in cases:
         steps = case.steps_per_round(args.smoke) * args.rounds
-        lrs = lr_schedule(1, steps, steps, 0.003)
+        lrs = lr_schedule(1, steps, steps, case_lr(case.shape))
         results.append(compare(torch, case, case.batches(steps, names), lrs, args.backends, args.rounds,
                                args.threads, configs))
     if args.json:
