@@ -23,6 +23,7 @@ PACKAGE_DIR = Path(__file__).resolve().parent
 LIBRARY_STEM = "_neon_kernels"
 # Above numpy_ref (1); SIMD matrix backends (SME2) should score higher where they support the shape.
 SCORE = 10
+BLOCK_ROWS = 64  # csrc/session.h NEON_BLOCK_ROWS: a block holds this many packed rows, or one longer sequence
 
 
 def library_path() -> Path | None:
@@ -62,6 +63,7 @@ def eemicrogpt_backends() -> Iterator[BackendSpec]:
         supports=library_supports(library_path),  # csrc/abi.c: supports()
         dtypes=("float32",),
         max_batch=MAX_NATIVE_BATCH,
+        block_rows=BLOCK_ROWS,
         envelope=("d16-1024 step 16 (compiled per width to 256), head_dim a multiple of 4, 1-12 layers, "
                   "vocabulary 2-256, context 1-256"),
     )

@@ -7,6 +7,7 @@ probe asks (machine, OS, AT_HWCAP, sysctl) with monkeypatch.
 from __future__ import annotations
 
 import platform
+import re
 from pathlib import Path
 
 import pytest
@@ -169,3 +170,10 @@ def test_library_that_does_not_load_is_unavailable(monkeypatch: pytest.MonkeyPat
     result = _spec().probe()
     assert not result.available
     assert result.reason.startswith("neon: _neon_kernels.so does not load:")
+
+
+def test_block_rows_is_the_librarys() -> None:
+    """The memory estimate counts one block per thread by plugin.BLOCK_ROWS; it must be csrc/session.h's."""
+    header = Path(__file__).resolve().parents[1] / "csrc" / "session.h"
+    rows = re.search(r"^#define NEON_BLOCK_ROWS (\d+)", header.read_text(), re.M)
+    assert rows is not None and int(rows.group(1)) == plugin.BLOCK_ROWS == _spec().block_rows
