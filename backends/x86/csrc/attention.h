@@ -67,6 +67,21 @@ AI void accumulate_head(const int HD, const float *w, int ldw, const float *rows
     if (j < HD) accumulate_rest(HD - j, w + j, ldw, rows, LW, r0, r1, out + j * LW);
 }
 
+/* Keys per dot_keys call: the scores (forward) and dP (backward) of a long sequence take KEY_BLOCK keys at
+ * a time, so that many FMA chains run side by side sharing each lane-row load; each key's chain over the
+ * head's features is the one a key alone would run, in the same order. */
+#define KEY_BLOCK 8
+
+/* s[i] (VW lanes) = sum_j w[i * ldw + j] * rows[j * LW] for the KEY_BLOCK keys i, over j < HD. */
+AI void dot_keys(const float *w, int ldw, const float *rows, int LW, int HD, vf *s) {
+    for (int i = 0; i < KEY_BLOCK; i++) s[i] = v_zero();
+    for (int j = 0; j < HD; j++) {
+        const vf x = v_load(rows + j * LW);
+#pragma GCC unroll 8
+        for (int i = 0; i < KEY_BLOCK; i++) s[i] = v_fma(v_set1(w[i * ldw + j]), x, s[i]);
+    }
+}
+
 /* o (the sequence's L rows, D columns) from qkv (L rows of q, k, v; 3 * D columns). Within a query block each
  * phase (scores, exp, normalisation, weighted sum) runs over every head before the next starts: the heads'
  * chains (max over keys -> exp -> sum -> division) are independent, so short sequences keep the vector units
@@ -87,7 +102,18 @@ AI void attention_forward(const int D, const int H, const float *qkv, float *o, 
     for (int c = 0; c < LW; c += VW) {
         const int keys = L < c + VW ? L : c + VW;
         for (int h = 0; h < H; h++) mx[h] = v_set1(-INFINITY);
-        for (int u = 0; u < keys; u++) /* scores of key u against the block's queries t (valid for t >= u) */
+        int u = 0;
+        for (; u + KEY_BLOCK <= keys; u += KEY_BLOCK) /* KEY_BLOCK keys at once: independent chains, shared loads */
+            for (int h = 0; h < H; h++) {
+                vf s[KEY_BLOCK];
+                dot_keys(qkv + u * QS + D + h * HD, QS, qt + h * HD * LW + c, LW, HD, s);
+                for (int i = 0; i < KEY_BLOCK; i++) {
+                    const vf si = v_from_n_or(v_mul(s[i], v_set1(scale)), u + i - c, -INFINITY);
+                    mx[h] = v_max(mx[h], si);
+                    v_store(att + (h * L + u + i) * LW + c, si);
+                }
+            }
+        for (; u < keys; u++) /* scores of key u against the block's queries t (valid for t >= u) */
             for (int h = 0; h < H; h++) {
                 const float *k = qkv + u * QS + D + h * HD;
                 vf s = v_zero();
@@ -128,7 +154,17 @@ AI void attention_backward(const int D, const int H, const float *qkv, const flo
     for (int c = 0; c < LW; c += VW) {
         const int keys = L < c + VW ? L : c + VW;
         for (int h = 0; h < H; h++) rowdot[h] = v_zero();
-        for (int u = 0; u < keys; u++) /* dP^T[u][t] = dout[t] . v[u] (per head) */
+        int u = 0;
+        for (; u + KEY_BLOCK <= keys; u += KEY_BLOCK)
+            for (int h = 0; h < H; h++) {
+                vf dp[KEY_BLOCK];
+                dot_keys(qkv + u * QS + 2 * D + h * HD, QS, dot + h * HD * LW + c, LW, HD, dp);
+                for (int i = 0; i < KEY_BLOCK; i++) {
+                    rowdot[h] = v_fma(v_load(att + (h * L + u + i) * LW + c), dp[i], rowdot[h]);
+                    v_store(ds_t + (h * L + u + i) * LW + c, dp[i]);
+                }
+            }
+        for (; u < keys; u++) /* dP^T[u][t] = dout[t] . v[u] (per head) */
             for (int h = 0; h < H; h++) {
                 const float *v = qkv + u * QS + 2 * D + h * HD;
                 vf dp = v_zero();

@@ -18,7 +18,10 @@ enum epilogue {
     EPI_RELU, /* C = max(A B, 0) */
     EPI_ADD,  /* C = E + A B        (residual) */
     EPI_MASK, /* C = (E > 0) ? A B : 0  (ReLU backward, E is the ReLU output) */
-    EPI_FOLD  /* C = E + (A B)       (the sum from zero, then one add: a gradient folded into an earlier one) */
+    EPI_FOLD, /* C = E + (A B)       (the sum from zero, then one add: a gradient folded into an earlier one) */
+    /* The last block of a reduction split into blocks (gemm_nn_wide): the sum continues from C, then */
+    EPI_CONT_RELU, /* C = max(C + A B, 0) */
+    EPI_CONT_MASK  /* C = (E > 0) ? C + A B : 0 */
 };
 
 /* How a weight-gradient GEMM (gemm_tn) treats C: write it, continue its sum (the next rows of one chain of
@@ -50,12 +53,16 @@ AI int tile_mr(int nc) {
     return 2;
 }
 
-/* A tile's accumulators start from 0 or, for EPI_ADD, from the residual E. */
-AI void tile_start(const int mr, const int nc, vf *acc, const float *E, const int lde, const int epi) {
+/* A tile's accumulators start from 0, for EPI_ADD from the residual E, for EPI_CONT_* from C. */
+AI void tile_start(const int mr, const int nc, vf *acc, const float *C, const int ldc, const float *E, const int lde,
+                   const int epi) {
 #pragma GCC unroll 24
     for (int i = 0; i < mr; i++)
 #pragma GCC unroll 4
-        for (int j = 0; j < nc; j++) acc[i * nc + j] = epi == EPI_ADD ? v_load(E + i * lde + j * VW) : v_zero();
+        for (int j = 0; j < nc; j++)
+            acc[i * nc + j] = epi == EPI_ADD                               ? v_load(E + i * lde + j * VW)
+                              : epi == EPI_CONT_RELU || epi == EPI_CONT_MASK ? v_load(C + i * ldc + j * VW)
+                                                                             : v_zero();
 }
 
 /* Apply the epilogue and store a tile's accumulators to C. */
@@ -66,8 +73,8 @@ AI void tile_finish(const int mr, const int nc, const vf *acc, float *C, const i
 #pragma GCC unroll 4
         for (int j = 0; j < nc; j++) {
             vf c = acc[i * nc + j];
-            if (epi == EPI_RELU) c = v_max(c, v_zero());
-            if (epi == EPI_MASK) c = v_keep_pos(c, v_load(E + i * lde + j * VW));
+            if (epi == EPI_RELU || epi == EPI_CONT_RELU) c = v_max(c, v_zero());
+            if (epi == EPI_MASK || epi == EPI_CONT_MASK) c = v_keep_pos(c, v_load(E + i * lde + j * VW));
             if (epi == EPI_FOLD) c = v_add(v_load(E + i * lde + j * VW), c);
             v_store(C + i * ldc + j * VW, c);
         }
@@ -79,7 +86,7 @@ AI void tile_finish(const int mr, const int nc, const vf *acc, float *C, const i
 AI void tile(const int mr, const int nc, int K, const float *A, const int a_row, const int a_red, const float *B,
              const int ldb, float *C, const int ldc, const float *E, const int lde, const int epi) {
     vf acc[ACC_BUDGET];
-    tile_start(mr, nc, acc, E, lde, epi);
+    tile_start(mr, nc, acc, C, ldc, E, lde, epi);
     for (int k = 0; k < K; k++) {
         vf b[NC_MAX];
 #pragma GCC unroll 4

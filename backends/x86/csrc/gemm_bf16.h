@@ -72,7 +72,7 @@ AI void tile_bf16(const int mr, const int nc, int K2, const uint32_t *A, const i
                   const uint32_t *B, const int ldb, float *C, const int ldc, const float *E, const int lde,
                   const int epi) {
     vf acc[ACC_BUDGET];
-    tile_start(mr, nc, acc, E, lde, epi);
+    tile_start(mr, nc, acc, C, ldc, E, lde, epi);
     for (int kk = 0; kk < K2; kk++) {
         __m512bh b[NC_MAX];
 #pragma GCC unroll 4

@@ -98,9 +98,26 @@ NOT_INLINED void gemm_tn_wide(int M, int N, int P, const float *A, int lda, cons
 #define NN(rows, N, K, A, lda, B, ldb, pk, C, ldc, E, lde, epi) gemm_nn_wide(rows, N, K, A, lda, pk, C, ldc, E, lde, epi, bfa)
 #define TN(M, N, P, A, lda, B, ldb, C, ldc, acc) gemm_tn_wide(M, N, P, A, lda, B, ldb, C, ldc, acc, bfa, bfb)
 #else
+/* Reductions deeper than WIDE_K_BLOCK run in blocks of at most that many steps, each over every row and
+ * column before the next: a block's rows of A and its panels of B stay in L2 (at d384 the MLP's 1536-deep
+ * A is 1.6 MB per 264 rows). Each block continues the sums the one before stored in C (a stored float is the
+ * accumulator exactly), so every output is the same chain of FMAs; the epilogue acts once, at the last. */
+#define WIDE_K_BLOCK 512
 NOT_INLINED void gemm_nn_wide(int rows, int N, int K, const float *A, int lda, const float *B, int ldb, float *C,
                               int ldc, const float *E, int lde, int epi) {
-    gemm_nn_any(rows, N, K, A, lda, B, ldb, C, ldc, E, lde, epi);
+    /* EPI_FOLD (a sum from zero added to E at the end) is gemm_tn's; kept whole should it ever come here */
+    const int nb = epi == EPI_FOLD ? 1 : (K + WIDE_K_BLOCK - 1) / WIDE_K_BLOCK, kb = round_up((K + nb - 1) / nb, VW);
+    for (int k0 = 0; k0 < K; k0 += kb) {
+        const int first = k0 == 0, last = k0 + kb >= K;
+        int e = EPI_ADD; /* a middle block: continue from C */
+        const float *eb = C;
+        int ldeb = ldc;
+        if (first && last) e = epi, eb = E, ldeb = lde;
+        else if (first) e = epi == EPI_ADD ? EPI_ADD : EPI_NONE, eb = E, ldeb = lde;
+        else if (last && epi == EPI_RELU) e = EPI_CONT_RELU;
+        else if (last && epi == EPI_MASK) e = EPI_CONT_MASK, eb = E, ldeb = lde;
+        gemm_nn_any(rows, N, (last ? K : k0 + kb) - k0, A + k0, lda, B + (long)k0 * ldb, ldb, C, ldc, eb, ldeb, e);
+    }
 }
 NOT_INLINED void gemm_tn_wide(int M, int N, int P, const float *A, int lda, const float *B, int ldb, float *C,
                               int ldc, enum tn_mode mode) {
