@@ -335,6 +335,13 @@ def test_the_shakespeare_configs_load() -> None:
         ("text", 128, 4, 4, 64, 12, 0.1)
     assert (cfg.lr_schedule, cfg.warmup_steps, cfg.steps) == ("cosine", 100, 2000)
     assert 0 < cfg.min_lr < cfg.lr
+    full = load_config(CONFIGS / "shakespeare_char.yaml")  # nanoGPT's shakespeare_char model
+    assert (full.data_format, full.d_model, full.n_layers, full.n_heads, full.context, full.batch) == \
+        ("text", 384, 6, 6, 256, 64)
+    assert (full.lr, full.warmup_steps, full.min_lr, full.steps, full.keep_best) == (1e-3, 100, 1e-4, 5000, True)
+    # eval_batches windows of `context` characters cover the whole held-out part (111,540 characters)
+    window_chars = full.batch * full.context
+    assert full.eval_batches * window_chars >= 111_540 > (full.eval_batches - 1) * window_chars
     spec = yaml.safe_load((CONFIGS / "sweeps" / "shakespeare_lr.yaml").read_text())
     assert spec["base"]["data_format"] == "text" and spec["base"]["target_loss"] > 0
     assert spec["base"]["target_metric"] == "val"  # nanoGPT's figure is a validation loss
