@@ -27,6 +27,7 @@ from eemicrogpt_core.interface import cli
 from eemicrogpt_core.training import config, runs
 from eemicrogpt_core.training.checkpoint import load_checkpoint
 from eemicrogpt_core.training.config import TrainConfig
+from eemicrogpt_core.training.progress import format_record, rate_text
 from eemicrogpt_core.training.rundir import RunDir
 from eemicrogpt_core.training.trainer import NullReporter, train
 
@@ -401,3 +402,12 @@ def test_a_value_after_a_flag_says_the_flag_takes_none(trained: tuple[Path, Any]
                           "--unique alone to set it")
     other = run("sample", str(out), "--unique", "extra")
     assert other.exit_code == 2 and "is a flag" not in other.stderr
+
+
+def test_rates_read_at_every_speed() -> None:
+    """Fast runs count steps per second; a model whose step takes seconds says seconds per step, not 0 steps/s."""
+    assert rate_text(4_210.7) == "4,211 steps/s"
+    assert rate_text(2.46) == "2.5 steps/s"
+    assert rate_text(1 / 3.6) == "3.60 s/step"
+    line = format_record({"step": 5, "train_loss": 4.38, "val_loss": None, "lr": 5e-5, "us_per_step": 3593957.0}, 27)
+    assert line.endswith("3,593,957.0 us/step")

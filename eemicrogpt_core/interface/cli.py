@@ -35,7 +35,7 @@ from ..tools import bench
 from ..training import runs
 from ..training.checkpoint import load_checkpoint
 from ..training.config import MAX_CONFIG_BATCH, MAX_D_MODEL, SETTINGS, TrainConfig, load_config
-from ..training.progress import RichReporter
+from ..training.progress import RichReporter, rate_text
 from ..training.rundir import BEST_NAME, model_file
 from ..training.trainer import PreparedData, TrainResult
 from .config_options import flag_of, flags_of, with_config_options
@@ -204,7 +204,7 @@ def _summary(result: TrainResult, cfg: TrainConfig, console: Console) -> None:
     step = int(result.state.step)
     console.print(
         f"done: step {step:,}/{result.total_steps:,} on {result.backend}; final train loss {result.train_loss:.4f} "
-        f"(mean of last 100), val loss {val}; {result.us_per_step:.1f} us/step, {result.steps_per_s:,.0f} steps/s",
+        f"(mean of last 100), val loss {val}; {result.us_per_step:,.1f} us/step, {rate_text(result.steps_per_s)}",
         highlight=False,
     )
     if result.target is not None:

@@ -42,12 +42,21 @@ def describe_run(info: RunInfo) -> str:
     return "\n".join(lines)
 
 
+def rate_text(steps_per_s: float) -> str:
+    """Steps per second, or seconds per step when a step takes longer than one (a d384 step takes seconds)."""
+    if steps_per_s >= 10:
+        return f"{steps_per_s:,.0f} steps/s"
+    if steps_per_s >= 1:
+        return f"{steps_per_s:.1f} steps/s"
+    return f"{1 / steps_per_s:.2f} s/step" if steps_per_s > 0 else ""
+
+
 def format_record(record: dict[str, Any], total: int) -> str:
     val = record.get("val_loss")
     val_text = f"{val:.4f}" if val is not None else "-"
     return (
         f"step {record['step']:>{len(str(total))}}/{total}  train {record['train_loss']:.4f}  "
-        f"val {val_text}  lr {record['lr']:.2e}  {record['us_per_step']:.1f} us/step"
+        f"val {val_text}  lr {record['lr']:.2e}  {record['us_per_step']:,.1f} us/step"
     )
 
 
@@ -83,7 +92,7 @@ class RichReporter:
 
     def progress_rate(self, step: int) -> str:
         elapsed = time.perf_counter() - self.t0
-        return f"{(step - self.start_step) / elapsed:,.0f} steps/s" if elapsed > 0 else ""
+        return rate_text((step - self.start_step) / elapsed) if elapsed > 0 else ""
 
     def progress(self, step: int, total: int, train_loss: float) -> None:
         if self._bar is not None:
