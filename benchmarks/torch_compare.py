@@ -48,12 +48,11 @@ import numpy as np  # noqa: E402
 
 from eemicrogpt_core.backends.backend import TrainState  # noqa: E402
 from eemicrogpt_core.backends.registry import load_registry, open_session  # noqa: E402
-from eemicrogpt_core.base.abi import LENGTH_DTYPE  # noqa: E402
 from eemicrogpt_core.data.names import BatchSampler, encode, read_names  # noqa: E402
 from eemicrogpt_core.model.optim import ADAM_BETA1, ADAM_BETA2, ADAM_EPS, lr_schedule  # noqa: E402
 from eemicrogpt_core.model.shape import ModelShape, default_heads, init_params, views  # noqa: E402
 from eemicrogpt_core.model.vocab import Vocabulary  # noqa: E402
-from eemicrogpt_core.tools.bench import NAMED_SHAPES, parse_shape, step_flops  # noqa: E402
+from eemicrogpt_core.tools.bench import NAMED_SHAPES, full_windows, parse_shape, step_flops  # noqa: E402
 from eemicrogpt_core.tools.torch_model import to_torch  # noqa: E402
 
 DEFAULT_NAMES = Path(__file__).resolve().parents[2] / "shared" / "data" / "names.txt"
@@ -85,12 +84,8 @@ class Case:
         return int(np.clip(ROUND_FLOPS // step_flops(self.shape, full)[0], 1, MAX_STEPS_PER_ROUND))
 
     def batches(self, steps: int, names: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        if self.names:
-            data, _ = encode(names, Vocabulary.names(), self.shape.context)
-            return BatchSampler(data, self.batch, seed=1234, stream=7).sample(steps)
-        rng = np.random.default_rng(1234)
-        tokens = rng.integers(0, self.shape.vocab, (steps, self.batch, self.shape.seq_len), dtype=np.uint8)
-        return tokens, np.full((steps, self.batch), self.shape.seq_len, dtype=LENGTH_DTYPE)
+        data = encode(names, Vocabulary.names(), self.shape.context)[0] if self.names else full_windows(self.shape)
+        return BatchSampler(data, self.batch, seed=1234, stream=7).sample(steps)
 
 
 def case_lr(shape: ModelShape) -> float:
