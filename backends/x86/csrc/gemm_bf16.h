@@ -20,13 +20,13 @@
 
 #define BF_ALIGN_K 16 /* reductions are padded with zero rows to a multiple of this */
 
-/* dst[k/2][n][k % 2] = bf16(src[k * ld + n]) for k < Kp (rows k >= K are zero), n < N (a multiple of 16).
- * Kp even; dst is [Kp/2][N] 32-bit pairs. Participant tid of n_part packs pair rows tid, tid + n_part, ... */
-AI void pack_pairs(const float *src, int ld, int K, int Kp, int N, uint32_t *dst, int tid, int n_part) {
+/* dst[k/2][n][k % 2] = bf16(src[k * ld + n]) for pair rows kk_lo <= k/2 < kk_hi (rows k >= K are zero), n < N
+ * (a multiple of 16): dst is [Kp/2][N] 32-bit pairs for an even Kp >= K, whose pair rows are packed in ranges. */
+AI void pack_pairs(const float *src, int ld, int K, int N, uint32_t *dst, int kk_lo, int kk_hi) {
     static const uint16_t order[32] = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23,
                                        8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
     const __m512i interleave = _mm512_loadu_si512(order);
-    for (int kk = tid; kk < Kp / 2; kk += n_part)
+    for (int kk = kk_lo; kk < kk_hi; kk++)
         for (int n0 = 0; n0 < N; n0 += 16) {
             const int k = 2 * kk;
             const __m512 r0 = k < K ? _mm512_loadu_ps(src + (long)k * ld + n0) : _mm512_setzero_ps();
@@ -39,10 +39,10 @@ AI void pack_pairs(const float *src, int ld, int K, int Kp, int N, uint32_t *dst
 /* The same packed form of W^T straight from a row-major W[rows][K] (ld ldw), without an fp32 transposed copy:
  * dst[kk][c] = (bf16(W[c][2kk]), bf16(W[c][2kk + 1])) for c < N (rows c >= `rows` are zero; N a multiple of
  * 16), kk < K/2 (K a multiple of 16). A row of W rounded in order is already a row of pairs, so 16 x 16
- * blocks of pairs are transposed as 32-bit lanes. Participant tid of n_part packs the 16-row blocks of W
- * c0 = 16 (tid + j n_part). */
-AI void pack_pairs_t(const float *W, int rows, int K, int ldw, int N, uint32_t *dst, int tid, int n_part) {
-    for (int c0 = 16 * tid; c0 < N; c0 += 16 * n_part)
+ * blocks of pairs are transposed as 32-bit lanes. Packed here: the 16-row blocks of W from c_lo (a multiple of
+ * 16) below c_hi; the block holding row c_hi - 1 is packed whole (rows from `rows` on as zero). */
+AI void pack_pairs_t(const float *W, int rows, int K, int ldw, int N, uint32_t *dst, int c_lo, int c_hi) {
+    for (int c0 = c_lo; c0 < c_hi; c0 += 16)
         for (int k0 = 0; k0 < K; k0 += 32) {
             const int pairs = K - k0 >= 32 ? 16 : 8;
             vf r[16];
@@ -162,8 +162,8 @@ AI void gemm_tn_bf16_epi(const int M, const int N, int P, const float *A, const 
     const int Mp = round_up(M, 16), Pp = round_up(P, 2), nc = any_n ? NC_MAX : tile_nc(N);
     const int n_main = N / (nc * VW) * (nc * VW);
     uint32_t *Ap = (uint32_t *)scratch_a, *Bp = (uint32_t *)scratch_b;
-    pack_pairs(A, lda, P, Pp, Mp, Ap, 0, 1);
-    pack_pairs(B, ldb, P, Pp, N, Bp, 0, 1);
+    pack_pairs(A, lda, P, Mp, Ap, 0, Pp / 2);
+    pack_pairs(B, ldb, P, N, Bp, 0, Pp / 2);
     for (int j0 = 0; j0 < n_main; j0 += nc * VW)
         gemm_tn_bf16_panel(M, nc, Pp / 2, Ap, Mp, Bp + j0, N, C + j0, ldc, epi);
     switch ((N - n_main) / VW) { /* at most NC_MAX - 1 vectors left */

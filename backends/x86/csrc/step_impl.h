@@ -160,18 +160,35 @@ NOT_INLINED void gemm_tn_wide(int M, int N, int P, const float *A, int lda, cons
 /* Layer l's slice of a per-layer copy (fp32 transposed, or bf16 pairs) of `size` floats per layer. */
 #define LAYER_COPY(field, l, size) (s->field + (long)(l) * (size))
 
-/* Participant tid of n rebuilds the rows of each transposed copy whose weights its own Adam share updated
- * (threads.h emg_x86_share_rows); avx512_bf16: every n-th 16-row block of each packed copy, the forward ones
- * straight from the weights. */
+/* Participant tid of n rebuilds the rows of each transposed copy (avx512_bf16: each packed copy, the forward
+ * ones straight from the weights) whose weights its own Adam share updated (threads.h emg_x86_share_rows): it
+ * reads only weights in its own cache. Packing every n-th block instead read the other core's freshly written
+ * weights, and that core's next Adam stores then waited for the lines to come back: at d128 batch 16 on two
+ * threads (Zen 4) the update took 4.6 times as long per parameter as on one. */
 AI void sync_part(const int D, struct emg_session *s, int tid, int n) {
     const int F = 4 * D;
     const float *p = s->core.params, *wlm = p + s->core.layout.wlm;
     const int V = s->core.shape.vocab, VP = s->logit_ld;
-#ifndef EMG_BF16
+#define OWN_ROWS(w, rows, cols, tile) /* [lo_, hi_): rows of w whose weights tid's Adam share updated */ \
+    int lo_, hi_;                                                                                          \
+    emg_x86_share_rows(s->core.layout.n_params, (w) - p, rows, cols, tile, tid, n, &lo_, &hi_)
+#ifdef EMG_BF16
+/* W[rows][K] into W^T's pairs (N outputs: rows padded with zero rows), or W's own rows (K of N floats) in
+ * pairs, padded with zero rows to Kp: the owner of W's last row packs the padding. */
+#define PACK_T_OWN(w, rows, K, N, dst)                                                                     \
+    do {                                                                                                   \
+        OWN_ROWS(w, rows, K, 16);                                                                          \
+        pack_pairs_t(w, rows, K, K, N, (uint32_t *)(dst), lo_, hi_);                                       \
+    } while (0)
+#define PACK_OWN(w, K, Kp, N, dst)                                                                         \
+    do {                                                                                                   \
+        OWN_ROWS(w, K, N, 2);                                                                              \
+        pack_pairs(w, N, K, N, (uint32_t *)(dst), (lo_ == (K) ? (Kp) : lo_) / 2, (hi_ == (K) ? (Kp) : hi_) / 2); \
+    } while (0)
+#else
 #define TRANSPOSE_OWN(w, rows, cols, dst, ld_dst)                                                          \
     do {                                                                                                   \
-        int lo_, hi_;                                                                                      \
-        emg_x86_share_rows(s->core.layout.n_params, (w) - p, rows, cols, TILE, tid, n, &lo_, &hi_);        \
+        OWN_ROWS(w, rows, cols, TILE);                                                                     \
         transpose_rows(w, rows, cols, cols, dst, ld_dst, lo_, hi_);                                        \
     } while (0)
 #endif
@@ -180,14 +197,14 @@ AI void sync_part(const int D, struct emg_session *s, int tid, int n) {
         const float *wqkv = w + EMG_LAYER_WQ(D), *wo = w + EMG_LAYER_WO(D), *wf1 = w + EMG_LAYER_WF1(D);
         const float *wf2 = w + EMG_LAYER_WF2(D);
 #ifdef EMG_BF16
-        pack_pairs_t(wqkv, 3 * D, D, D, 3 * D, (uint32_t *)LAYER_COPY(pk_qkv_t, l, 3 * D * D / 2), tid, n);
-        pack_pairs_t(wo, D, D, D, D, (uint32_t *)LAYER_COPY(pk_o_t, l, D * D / 2), tid, n);
-        pack_pairs_t(wf1, F, D, D, F, (uint32_t *)LAYER_COPY(pk_f1_t, l, 2 * D * D), tid, n);
-        pack_pairs_t(wf2, D, F, F, D, (uint32_t *)LAYER_COPY(pk_f2_t, l, 2 * D * D), tid, n);
-        pack_pairs(wf2, F, D, D, F, (uint32_t *)LAYER_COPY(pk_f2, l, 2 * D * D), tid, n);
-        pack_pairs(wf1, D, F, F, D, (uint32_t *)LAYER_COPY(pk_f1, l, 2 * D * D), tid, n);
-        pack_pairs(wo, D, D, D, D, (uint32_t *)LAYER_COPY(pk_o, l, D * D / 2), tid, n);
-        pack_pairs(wqkv, D, 3 * D, 3 * D, D, (uint32_t *)LAYER_COPY(pk_qkv, l, 3 * D * D / 2), tid, n);
+        PACK_T_OWN(wqkv, 3 * D, D, 3 * D, LAYER_COPY(pk_qkv_t, l, 3 * D * D / 2));
+        PACK_T_OWN(wo, D, D, D, LAYER_COPY(pk_o_t, l, D * D / 2));
+        PACK_T_OWN(wf1, F, D, F, LAYER_COPY(pk_f1_t, l, 2 * D * D));
+        PACK_T_OWN(wf2, D, F, D, LAYER_COPY(pk_f2_t, l, 2 * D * D));
+        PACK_OWN(wf2, D, D, F, LAYER_COPY(pk_f2, l, 2 * D * D));
+        PACK_OWN(wf1, F, F, D, LAYER_COPY(pk_f1, l, 2 * D * D));
+        PACK_OWN(wo, D, D, D, LAYER_COPY(pk_o, l, D * D / 2));
+        PACK_OWN(wqkv, 3 * D, 3 * D, D, LAYER_COPY(pk_qkv, l, 3 * D * D / 2));
 #else
         TRANSPOSE_OWN(wqkv, 3 * D, D, LAYER_COPY(wqkv_t, l, 3 * D * D), 3 * D);
         TRANSPOSE_OWN(wo, D, D, LAYER_COPY(wo_t, l, D * D), D);
@@ -196,13 +213,16 @@ AI void sync_part(const int D, struct emg_session *s, int tid, int n) {
 #endif
     }
 #ifdef EMG_BF16
-    pack_pairs_t(wlm, V, D, D, VP, (uint32_t *)s->pk_lm_t, tid, n); /* columns V..VP-1: zero */
-    pack_pairs(wlm, D, V, VP, D, (uint32_t *)s->pk_lm, tid, n);      /* rows V..VP-1: zero */
+    PACK_T_OWN(wlm, V, D, VP, s->pk_lm_t); /* columns V..VP-1: zero */
+    PACK_OWN(wlm, V, VP, D, s->pk_lm);      /* rows V..VP-1: zero */
+#undef PACK_T_OWN
+#undef PACK_OWN
 #else
     (void)VP;
     TRANSPOSE_OWN(wlm, V, D, s->wlm_t, s->logit_ld); /* columns V..VP-1 stay zero */
 #undef TRANSPOSE_OWN
 #endif
+#undef OWN_ROWS
 }
 
 /* Attention for one sequence of L rows. The head count is a compile-time constant for 4 and 8 heads (the
