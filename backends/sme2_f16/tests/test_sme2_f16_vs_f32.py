@@ -1,8 +1,10 @@
-"""500 d64 training steps of sme2_f16 and of sme2_f16w against sme2_f32 on the same batches: the losses must
+"""250 d64 training steps of sme2_f16 and of sme2_f16w against sme2_f32 on the same batches: the losses must
 agree.
 
-The bound is 0.03 on the 500-step loss; it is applied to the mean loss of the last 100 steps
-(single-batch losses are noisy) and to the mean over all 500. Batch 4 keeps the emulated run affordable
+The bound is 0.03 on the loss; it is applied to the mean loss of the last 100 steps (single-batch losses
+are noisy) and to the mean over all 250. Measured in the Apple profile at commit 99afccd, the differences
+were 0.0008 / 0.0003 (sme2_f16) and 0.0005 / 0.0001 (sme2_f16w); at 500 steps, 0.0002-0.0003 / 0.0002-0.0005
+(README.md). 250 steps halve the lane's longest test. Batch 4 keeps the emulated run affordable
 (QEMU emulates fp16 FMOPA in software); the time it took is printed. Needs both backends (the aarch64
 lane under QEMU_CPU=max,sme512=on) and runs once, at 512-bit streaming vectors: at other lengths the
 conformance kit covers correctness.
@@ -23,7 +25,7 @@ from eemicrogpt_core.kit.conformance import load_names, make_batches
 from eemicrogpt_core.model.optim import lr_schedule
 from eemicrogpt_core.model.shape import ModelShape, init_params
 
-STEPS, BATCH, LR, SEED = 500, 4, 0.003, 7
+STEPS, BATCH, LR, SEED = 250, 4, 0.003, 7
 BOUND = 0.03
 
 
@@ -54,7 +56,7 @@ def _f32_run() -> tuple[np.ndarray, float]:
 
 
 @pytest.mark.parametrize("name", ["sme2_f16", "sme2_f16w"])
-def test_500_step_d64_loss_tracks_sme2_f32(name: str) -> None:
+def test_d64_training_loss_tracks_sme2_f32(name: str) -> None:
     for needed in (name, "sme2_f32"):
         entry = load_registry().get(needed)
         if entry is None or not entry.available:
@@ -68,7 +70,7 @@ def test_500_step_d64_loss_tracks_sme2_f32(name: str) -> None:
     whole = abs(float(f16.mean()) - float(f32.mean()))
     print(
         f"{name}: {STEPS} steps d64 batch {BATCH}: last-100 mean loss {f16[-100:].mean():.4f} vs f32 "
-        f"{f32[-100:].mean():.4f} (diff {last:.4f}); 500-step mean diff {whole:.4f}; largest per-step "
+        f"{f32[-100:].mean():.4f} (diff {last:.4f}); {STEPS}-step mean diff {whole:.4f}; largest per-step "
         f"diff {np.abs(f16 - f32).max():.4f}; time {name} {f16_seconds:.1f}s, f32 {f32_seconds:.1f}s"
     )
     assert last <= BOUND and whole <= BOUND
