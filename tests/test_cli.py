@@ -411,3 +411,22 @@ def test_rates_read_at_every_speed() -> None:
     assert rate_text(1 / 3.6) == "3.60 s/step"
     line = format_record({"step": 5, "train_loss": 4.38, "val_loss": None, "lr": 5e-5, "us_per_step": 3593957.0}, 27)
     assert line.endswith("3,593,957.0 us/step")
+
+
+def test_a_budget_shorter_than_the_warm_up_is_warned_about(names_file: Path, tmp_path: Path) -> None:
+    """A budget that fits fewer steps than warmup_steps trains (the config cannot know the count) but says the
+    rate never leaves its ramp; a budget that fits more says nothing."""
+    def budget_run(warmup: str, out: str):
+        return run("train", "--backend", "numpy_ref", "--data", str(names_file), "--d-model", "16", "--time-budget",
+                   "0.3", "--warmup-steps", warmup, "--log-every", "1000000", "--out", str(tmp_path / out))
+
+    short = budget_run("1000000", "short")
+    assert short.exit_code == 0, short.output
+    total = int(re.search(r"training for ([\d,]+) steps \(fit to a 0.3 s budget\)", short.stdout)[1].replace(",", ""))
+    assert 0 < total < 1_000_000
+    assert (f"warning: the 0.3 s budget fits about {total:,} steps, no more than warmup_steps (1,000,000): the "
+            "learning rate ramps up for the whole run and never decays; lower warmup_steps or raise time_budget"
+            in short.stdout)
+    long = budget_run("1", "long")
+    assert long.exit_code == 0, long.output
+    assert "warning" not in long.stdout

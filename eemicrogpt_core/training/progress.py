@@ -31,6 +31,9 @@ def describe_run(info: RunInfo) -> str:
     changes = cfg.optimizer_changes()
     if changes:
         lines.append(f"optimiser: {', '.join(changes)} (the other optimiser keys at their defaults)")
+    warning = budget_warmup_warning(info)
+    if warning:
+        lines.append(warning)
     if info.data_note:
         lines.append(f"{'split' if info.data_unit == 'characters' else 'note'}: {info.data_note}")
     if info.data_hint:
@@ -40,6 +43,17 @@ def describe_run(info: RunInfo) -> str:
     if info.run_dir is not None:
         lines.append(f"run directory {info.run_dir}")
     return "\n".join(lines)
+
+
+def budget_warmup_warning(info: RunInfo) -> str:
+    """A fresh time-budget run sized to no more steps than its warm-up: the rate would ramp all run and never
+    decay (with a fixed step count the config refuses this; a budget's step count is known only now)."""
+    cfg = info.cfg
+    if not cfg.time_budget or info.start_step or cfg.warmup_steps < info.total_steps:
+        return ""
+    return (f"warning: the {cfg.time_budget:g} s budget fits about {info.total_steps:,} steps, no more than "
+            f"warmup_steps ({cfg.warmup_steps:,}): the learning rate ramps up for the whole run and never decays; "
+            "lower warmup_steps or raise time_budget")
 
 
 def rate_text(steps_per_s: float) -> str:
