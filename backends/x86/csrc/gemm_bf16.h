@@ -173,6 +173,46 @@ AI void gemm_tn_bf16_epi(const int M, const int N, int P, const float *A, const 
     }
 }
 
+/* Two row segments into the same C (gemm.h's gemm_tn_fold2_epi; N known only at run time): both segments are
+ * packed first, one after the other (the scratch holds a pass's rows plus two: each segment's count is rounded
+ * up to even), then each C tile runs the first segment's tile (epi0) and the second's, folded in. */
+AI void gemm_tn_bf16_fold2_epi(const int M, const int N, int P0, const float *A0, const float *B0, int P1,
+                               const float *A1, const float *B1, const int lda, const int ldb, float *C,
+                               const int ldc, const int epi0, uint16_t *scratch_a, uint16_t *scratch_b) {
+    const int Mp = round_up(M, 16), P0p = round_up(P0, 2), P1p = round_up(P1, 2);
+    const int n_main = N / (NC_MAX * VW) * (NC_MAX * VW);
+    uint32_t *Ap0 = (uint32_t *)scratch_a, *Bp0 = (uint32_t *)scratch_b;
+    uint32_t *Ap1 = Ap0 + (long)P0p / 2 * Mp, *Bp1 = Bp0 + (long)P0p / 2 * N;
+    pack_pairs(A0, lda, P0, Mp, Ap0, 0, P0p / 2);
+    pack_pairs(B0, ldb, P0, N, Bp0, 0, P0p / 2);
+    pack_pairs(A1, lda, P1, Mp, Ap1, 0, P1p / 2);
+    pack_pairs(B1, ldb, P1, N, Bp1, 0, P1p / 2);
+    for (int j0 = 0; j0 < N; j0 += NC_MAX * VW) {
+        const int nv = j0 < n_main ? NC_MAX : (N - n_main) / VW;
+#define FOLD2_TILES(nc)                                                                                        \
+    do {                                                                                                       \
+        const int mrr = tile_mr(nc), m_main = M - M % mrr;                                                     \
+        for (int i0 = 0; i0 < m_main; i0 += mrr) {                                                             \
+            float *c = C + (long)i0 * ldc + j0;                                                                \
+            tile_bf16(mrr, nc, P0p / 2, Ap0 + i0, 1, Mp, Bp0 + j0, N, c, ldc, c, ldc, epi0);                   \
+            tile_bf16(mrr, nc, P1p / 2, Ap1 + i0, 1, Mp, Bp1 + j0, N, c, ldc, c, ldc, EPI_FOLD);               \
+        }                                                                                                      \
+        if (M % mrr) {                                                                                         \
+            float *c = C + (long)m_main * ldc + j0;                                                            \
+            tile_bf16_rows(M % mrr, nc, P0p / 2, Ap0 + m_main, 1, Mp, Bp0 + j0, N, c, ldc, c, ldc, epi0);      \
+            tile_bf16_rows(M % mrr, nc, P1p / 2, Ap1 + m_main, 1, Mp, Bp1 + j0, N, c, ldc, c, ldc, EPI_FOLD);  \
+        }                                                                                                      \
+    } while (0)
+        switch (nv) {
+        case 1: FOLD2_TILES(1); break;
+        case 2: FOLD2_TILES(2); break;
+        case 3: FOLD2_TILES(3); break;
+        case 4: FOLD2_TILES(4); break;
+        }
+#undef FOLD2_TILES
+    }
+}
+
 AI void gemm_tn_bf16(const int M, const int N, int P, const float *A, const int lda, const float *B, const int ldb,
                      float *C, const int ldc, const enum tn_mode mode, uint16_t *scratch_a, uint16_t *scratch_b) {
     switch (mode) {

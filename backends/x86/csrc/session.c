@@ -52,7 +52,8 @@ static size_t acts_layout(const struct emg_session *s, struct emg_acts *a, float
     TAKE(a->scratch, attention_scratch(sh->d_model, sh->n_heads, s->att_lanes));
 #ifdef EMG_BF16 /* sizes in floats: two bf16 per float */
     const size_t widest = 4 * d > (size_t)s->logit_ld ? 4 * d : (size_t)s->logit_ld;
-    TAKE(a->bf_a, R * widest / 2); TAKE(a->bf_b, R * 2 * d);
+    /* two rows more: a pass's two segments packed one after the other, each rounded up to even (gemm_bf16.h) */
+    TAKE(a->bf_a, (R + 2) * widest / 2); TAKE(a->bf_b, (R + 2) * 2 * d);
 #endif
     return off;
 }

@@ -97,6 +97,14 @@ NOT_INLINED void gemm_tn_wide(int M, int N, int P, const float *A, int lda, cons
 }
 #define NN(rows, N, K, A, lda, B, ldb, pk, C, ldc, E, lde, epi) gemm_nn_wide(rows, N, K, A, lda, pk, C, ldc, E, lde, epi, bfa)
 #define TN(M, N, P, A, lda, B, ldb, C, ldc, acc) gemm_tn_wide(M, N, P, A, lda, B, ldb, C, ldc, acc, bfa, bfb)
+/* Two segments of a pass into the same gradient, the second folded in: C streamed once (as the fp32 build's
+ * gemm_tn_fold2_wide below). */
+NOT_INLINED void gemm_tn_fold2_wide(int M, int N, int P0, const float *A0, const float *B0, int P1, const float *A1,
+                                    const float *B1, int lda, int ldb, float *C, int ldc, enum tn_mode mode0,
+                                    uint16_t *bfa, uint16_t *bfb) {
+    gemm_tn_bf16_fold2_epi(M, N, P0, A0, B0, P1, A1, B1, lda, ldb, C, ldc, tn_epi(mode0), bfa, bfb);
+}
+#define TN_FOLD2(...) gemm_tn_fold2_wide(__VA_ARGS__, bfa, bfb)
 #else
 /* Reductions deeper than WIDE_K_BLOCK run in blocks of at most that many steps, each over every row and
  * column before the next: a block's rows of A and its panels of B stay in L2 (at d384 the MLP's 1536-deep
@@ -123,8 +131,19 @@ NOT_INLINED void gemm_tn_wide(int M, int N, int P, const float *A, int lda, cons
                               int ldc, enum tn_mode mode) {
     gemm_tn_epi(M, N, P, A, lda, B, ldb, C, ldc, tn_epi(mode), 1);
 }
+/* Two segments of a pass into the same gradient, the second folded in (one thread, a pass holding two chunks):
+ * gemm_tn_fold2_epi, C streamed once. mode0: the first segment's. */
+NOT_INLINED void gemm_tn_fold2_wide(int M, int N, int P0, const float *A0, const float *B0, int P1, const float *A1,
+                                    const float *B1, int lda, int ldb, float *C, int ldc, enum tn_mode mode0) {
+    switch (mode0) {
+    case TN_WRITE: gemm_tn_fold2_epi(M, N, P0, A0, B0, P1, A1, B1, lda, ldb, C, ldc, EPI_NONE); break;
+    case TN_CONTINUE: gemm_tn_fold2_epi(M, N, P0, A0, B0, P1, A1, B1, lda, ldb, C, ldc, EPI_ADD); break;
+    case TN_FOLD: gemm_tn_fold2_epi(M, N, P0, A0, B0, P1, A1, B1, lda, ldb, C, ldc, EPI_FOLD); break;
+    }
+}
 #define NN(rows, N, K, A, lda, B, ldb, pk, C, ldc, E, lde, epi) gemm_nn_wide(rows, N, K, A, lda, B, ldb, C, ldc, E, lde, epi)
 #define TN gemm_tn_wide
+#define TN_FOLD2 gemm_tn_fold2_wide
 #endif
 #define NN_ANY NN
 #elif defined(EMG_BF16)
@@ -140,6 +159,16 @@ NOT_INLINED void gemm_tn_wide(int M, int N, int P, const float *A, int lda, cons
 #define TN gemm_tn
 #endif
 
+/* TN_FOLD2: the fused two-segment weight gradient, where a build has one (the run-time-width step, fp32 and
+ * bf16: its gradients outgrow the caches; at the compiled widths a gradient stays in L2 and the second pass
+ * over it is cheap). */
+#ifdef TN_FOLD2
+#define HAVE_TN_FOLD2 1
+#else
+#define HAVE_TN_FOLD2 0
+#define TN_FOLD2(...) ((void)0)
+#endif
+
 /* For y = x W^T with W [N][K] (rows a multiple of ROW_PAD):
  * matmul_forward: out[rows][N] = epi(inp[rows][K] W^T) from the forward copy W^T (w_t) or its bf16 pairs (pk_t),
  *   starting from the residual E for EPI_ADD;
@@ -150,6 +179,13 @@ NOT_INLINED void gemm_tn_wide(int M, int N, int P, const float *A, int lda, cons
 #define matmul_backward(n_rows, N, K, dinp, g_off, dout, ld_dout, inp, w, pk, E, epi)                          \
     do {                                                                                                     \
         NN(n_rows, K, N, dout, ld_dout, w, K, pk, dinp, K, E, K, epi);                                      \
+        const struct emg_segment *s0_ = &pass->seg[0], *s1_ = &pass->seg[1];                               \
+        if (HAVE_TN_FOLD2 && pass->n_seg == 2 && s1_->mode == TN_FOLD && s0_->grads == s1_->grads) {       \
+            TN_FOLD2(N, K, s0_->rows, (dout) + (long)s0_->row * (ld_dout), (inp) + (long)s0_->row * (K),      \
+                     s1_->rows, (dout) + (long)s1_->row * (ld_dout), (inp) + (long)s1_->row * (K), ld_dout, K, \
+                     s0_->grads + (g_off), K, s0_->mode);                                                   \
+            break;                                                                                           \
+        }                                                                                                    \
         for (int q_ = 0; q_ < pass->n_seg; q_++) {                                                          \
             const struct emg_segment *sg_ = &pass->seg[q_];                                                 \
             TN(N, K, sg_->rows, (dout) + (long)sg_->row * (ld_dout), ld_dout, (inp) + (long)sg_->row * (K), K, \

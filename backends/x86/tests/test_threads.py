@@ -26,11 +26,13 @@ def _session(lib_path: str, shape: ModelShape, threads: int, params: np.ndarray,
 
 @pytest.mark.parametrize("threads", [1, 2, 3, 7])
 @pytest.mark.parametrize(("shape", "batch"), [(ModelShape(16, 4), 1), (ModelShape(16, 4), 5), (ModelShape(64, 8), 16),
-                                              (ModelShape(128, 4), 256), (ModelShape(48, 3, 3, 64, 64), 40)])
+                                              (ModelShape(128, 4), 256), (ModelShape(48, 3, 3, 64, 64), 40),
+                                              (ModelShape(272, 4), 16)])
 def test_threaded_gradients_match_float64(lib_path: str, threads: int, shape: ModelShape, batch: int) -> None:
     """Batch 1 and 5 run as one chunk, 16 as two (so 7 threads leave 5 participants without a chunk; one
     thread folds the second chunk's weight gradients into the first's), 256 as four with several hundred rows
-    each; 3 layers at context 64 give every chunk several blocks."""
+    each; 3 layers at context 64 give every chunk several blocks. d272 runs the run-time-width step, whose one
+    thread folds the second chunk in tile by tile (gemm_tn_fold2_epi)."""
     ref = clear_inputs(shape, batch)
     session = _session(lib_path, shape, threads, ref.params)
     loss, grads = session.loss_and_grads(ref.tokens, ref.lengths)
