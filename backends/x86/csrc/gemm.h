@@ -190,40 +190,38 @@ AI void gemm_tn_epi(const int M, const int N, int P, const float *A, const int l
 /* gemm_tn_epi for two row segments into the same C, tile by tile: each C tile runs the first segment's tile
  * (epilogue epi0) and then the second's, folded in (EPI_FOLD), while it sits in L1. Two gemm_tn_epi calls
  * streamed the whole of C twice, which a wide weight gradient (16 MB per matrix at d1024) pays from memory.
- * The same tile operations in the same order per element: the same bits as the two calls. */
-AI void gemm_tn_fold2_panel(const int M, const int nc, int P0, const float *A0, const float *B0, int P1,
-                            const float *A1, const float *B1, const int lda, const int ldb, float *C, const int ldc,
-                            const int epi0) {
-    const int mr = tile_mr(nc), m_main = M - M % mr;
-    for (int i0 = 0; i0 < m_main; i0 += mr) {
+ * The same tile operations in the same order per element: the same bits as the two calls. For build time (the
+ * run-time-width step is compiled once per library, and again under the sanitizers) every panel takes
+ * FOLD2_MR-row tiles with run-time epilogues, so each tile shape is compiled once, and rows M - M % FOLD2_MR
+ * on are left to the caller (two gemm_tn_epi calls: a few rows). N is known only at run time. */
+#define FOLD2_MR 6 /* 6 x NC_MAX accumulators fit both register budgets */
+struct tn_segment {
+    int P;
+    const float *A, *B;
+    int epi;
+};
+
+AI void gemm_tn_fold2_panel(const int M, const int nc, const struct tn_segment *seg, const int lda, const int ldb,
+                            float *C, const int ldc) {
+    for (int i0 = 0; i0 + FOLD2_MR <= M; i0 += FOLD2_MR) {
         float *c = C + (long)i0 * ldc;
-        tile(mr, nc, P0, A0 + i0, 1, lda, B0, ldb, c, ldc, c, ldc, epi0);
-        tile(mr, nc, P1, A1 + i0, 1, lda, B1, ldb, c, ldc, c, ldc, EPI_FOLD);
-    }
-    if (M % mr) {
-        float *c = C + (long)m_main * ldc;
-        tile_rows(M % mr, nc, P0, A0 + m_main, 1, lda, B0, ldb, c, ldc, c, ldc, epi0);
-        tile_rows(M % mr, nc, P1, A1 + m_main, 1, lda, B1, ldb, c, ldc, c, ldc, EPI_FOLD);
+        for (int q = 0; q < 2; q++)
+            tile(FOLD2_MR, nc, seg[q].P, seg[q].A + i0, 1, lda, seg[q].B, ldb, c, ldc, c, ldc, seg[q].epi);
     }
 }
 
-/* The whole of C in panels, as gemm_tn_epi with any_n (N known only at run time). */
 AI void gemm_tn_fold2_epi(const int M, const int N, int P0, const float *A0, const float *B0, int P1,
                           const float *A1, const float *B1, const int lda, const int ldb, float *C, const int ldc,
                           const int epi0) {
     const int n_main = N / (NC_MAX * VW) * (NC_MAX * VW);
-    for (int j0 = 0; j0 < n_main; j0 += NC_MAX * VW)
-        gemm_tn_fold2_panel(M, NC_MAX, P0, A0, B0 + j0, P1, A1, B1 + j0, lda, ldb, C + j0, ldc, epi0);
-    switch ((N - n_main) / VW) { /* at most NC_MAX - 1 vectors left */
-    case 1: gemm_tn_fold2_panel(M, 1, P0, A0, B0 + n_main, P1, A1, B1 + n_main, lda, ldb, C + n_main, ldc, epi0); break;
-    case 2:
-        if (NC_MAX > 2)
-            gemm_tn_fold2_panel(M, 2, P0, A0, B0 + n_main, P1, A1, B1 + n_main, lda, ldb, C + n_main, ldc, epi0);
-        break;
-    case 3:
-        if (NC_MAX > 3)
-            gemm_tn_fold2_panel(M, 3, P0, A0, B0 + n_main, P1, A1, B1 + n_main, lda, ldb, C + n_main, ldc, epi0);
-        break;
+    for (int j0 = 0; j0 < N; j0 += NC_MAX * VW) {
+        const struct tn_segment seg[2] = {{P0, A0, B0 + j0, epi0}, {P1, A1, B1 + j0, EPI_FOLD}};
+        switch (j0 < n_main ? NC_MAX : (N - n_main) / VW) {
+        case 1: gemm_tn_fold2_panel(M, 1, seg, lda, ldb, C + j0, ldc); break;
+        case 2: gemm_tn_fold2_panel(M, 2, seg, lda, ldb, C + j0, ldc); break;
+        case 3: if (NC_MAX > 3) gemm_tn_fold2_panel(M, 3, seg, lda, ldb, C + j0, ldc); break;
+        case 4: if (NC_MAX > 3) gemm_tn_fold2_panel(M, 4, seg, lda, ldb, C + j0, ldc); break;
+        }
     }
 }
 

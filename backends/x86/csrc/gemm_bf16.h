@@ -173,9 +173,24 @@ AI void gemm_tn_bf16_epi(const int M, const int N, int P, const float *A, const 
     }
 }
 
-/* Two row segments into the same C (gemm.h's gemm_tn_fold2_epi; N known only at run time): both segments are
- * packed first, one after the other (the scratch holds a pass's rows plus two: each segment's count is rounded
- * up to even), then each C tile runs the first segment's tile (epi0) and the second's, folded in. */
+/* Two row segments into the same C, as gemm.h's gemm_tn_fold2_epi (FOLD2_MR-row tiles; rows M - M % FOLD2_MR
+ * on are the caller's): both segments are packed first, one after the other (the scratch holds a pass's rows
+ * plus two: each segment's count is rounded up to even), then each C tile runs both segments' tiles. */
+struct tn_bf16_segment {
+    int P2;
+    const uint32_t *Ap, *Bp;
+    int epi;
+};
+
+AI void gemm_tn_bf16_fold2_panel(const int M, const int nc, const struct tn_bf16_segment *seg, const int Mp,
+                                 const int N, float *C, const int ldc) {
+    for (int i0 = 0; i0 + FOLD2_MR <= M; i0 += FOLD2_MR) {
+        float *c = C + (long)i0 * ldc;
+        for (int q = 0; q < 2; q++)
+            tile_bf16(FOLD2_MR, nc, seg[q].P2, seg[q].Ap + i0, 1, Mp, seg[q].Bp, N, c, ldc, c, ldc, seg[q].epi);
+    }
+}
+
 AI void gemm_tn_bf16_fold2_epi(const int M, const int N, int P0, const float *A0, const float *B0, int P1,
                                const float *A1, const float *B1, const int lda, const int ldb, float *C,
                                const int ldc, const int epi0, uint16_t *scratch_a, uint16_t *scratch_b) {
@@ -188,28 +203,13 @@ AI void gemm_tn_bf16_fold2_epi(const int M, const int N, int P0, const float *A0
     pack_pairs(A1, lda, P1, Mp, Ap1, 0, P1p / 2);
     pack_pairs(B1, ldb, P1, N, Bp1, 0, P1p / 2);
     for (int j0 = 0; j0 < N; j0 += NC_MAX * VW) {
-        const int nv = j0 < n_main ? NC_MAX : (N - n_main) / VW;
-#define FOLD2_TILES(nc)                                                                                        \
-    do {                                                                                                       \
-        const int mrr = tile_mr(nc), m_main = M - M % mrr;                                                     \
-        for (int i0 = 0; i0 < m_main; i0 += mrr) {                                                             \
-            float *c = C + (long)i0 * ldc + j0;                                                                \
-            tile_bf16(mrr, nc, P0p / 2, Ap0 + i0, 1, Mp, Bp0 + j0, N, c, ldc, c, ldc, epi0);                   \
-            tile_bf16(mrr, nc, P1p / 2, Ap1 + i0, 1, Mp, Bp1 + j0, N, c, ldc, c, ldc, EPI_FOLD);               \
-        }                                                                                                      \
-        if (M % mrr) {                                                                                         \
-            float *c = C + (long)m_main * ldc + j0;                                                            \
-            tile_bf16_rows(M % mrr, nc, P0p / 2, Ap0 + m_main, 1, Mp, Bp0 + j0, N, c, ldc, c, ldc, epi0);      \
-            tile_bf16_rows(M % mrr, nc, P1p / 2, Ap1 + m_main, 1, Mp, Bp1 + j0, N, c, ldc, c, ldc, EPI_FOLD);  \
-        }                                                                                                      \
-    } while (0)
-        switch (nv) {
-        case 1: FOLD2_TILES(1); break;
-        case 2: FOLD2_TILES(2); break;
-        case 3: FOLD2_TILES(3); break;
-        case 4: FOLD2_TILES(4); break;
+        const struct tn_bf16_segment seg[2] = {{P0p / 2, Ap0, Bp0 + j0, epi0}, {P1p / 2, Ap1, Bp1 + j0, EPI_FOLD}};
+        switch (j0 < n_main ? NC_MAX : (N - n_main) / VW) {
+        case 1: gemm_tn_bf16_fold2_panel(M, 1, seg, Mp, N, C + j0, ldc); break;
+        case 2: gemm_tn_bf16_fold2_panel(M, 2, seg, Mp, N, C + j0, ldc); break;
+        case 3: gemm_tn_bf16_fold2_panel(M, 3, seg, Mp, N, C + j0, ldc); break;
+        case 4: gemm_tn_bf16_fold2_panel(M, 4, seg, Mp, N, C + j0, ldc); break;
         }
-#undef FOLD2_TILES
     }
 }
 

@@ -102,7 +102,11 @@ NOT_INLINED void gemm_tn_wide(int M, int N, int P, const float *A, int lda, cons
 NOT_INLINED void gemm_tn_fold2_wide(int M, int N, int P0, const float *A0, const float *B0, int P1, const float *A1,
                                     const float *B1, int lda, int ldb, float *C, int ldc, enum tn_mode mode0,
                                     uint16_t *bfa, uint16_t *bfb) {
-    gemm_tn_bf16_fold2_epi(M, N, P0, A0, B0, P1, A1, B1, lda, ldb, C, ldc, tn_epi(mode0), bfa, bfb);
+    const int m = M - M % FOLD2_MR; /* the rest: the two plain calls */
+    gemm_tn_bf16_fold2_epi(m, N, P0, A0, B0, P1, A1, B1, lda, ldb, C, ldc, tn_epi(mode0), bfa, bfb);
+    if (m == M) return;
+    gemm_tn_wide(M - m, N, P0, A0 + m, lda, B0, ldb, C + (long)m * ldc, ldc, mode0, bfa, bfb);
+    gemm_tn_wide(M - m, N, P1, A1 + m, lda, B1, ldb, C + (long)m * ldc, ldc, TN_FOLD, bfa, bfb);
 }
 #define TN_FOLD2(...) gemm_tn_fold2_wide(__VA_ARGS__, bfa, bfb)
 #else
@@ -135,11 +139,11 @@ NOT_INLINED void gemm_tn_wide(int M, int N, int P, const float *A, int lda, cons
  * gemm_tn_fold2_epi, C streamed once. mode0: the first segment's. */
 NOT_INLINED void gemm_tn_fold2_wide(int M, int N, int P0, const float *A0, const float *B0, int P1, const float *A1,
                                     const float *B1, int lda, int ldb, float *C, int ldc, enum tn_mode mode0) {
-    switch (mode0) {
-    case TN_WRITE: gemm_tn_fold2_epi(M, N, P0, A0, B0, P1, A1, B1, lda, ldb, C, ldc, EPI_NONE); break;
-    case TN_CONTINUE: gemm_tn_fold2_epi(M, N, P0, A0, B0, P1, A1, B1, lda, ldb, C, ldc, EPI_ADD); break;
-    case TN_FOLD: gemm_tn_fold2_epi(M, N, P0, A0, B0, P1, A1, B1, lda, ldb, C, ldc, EPI_FOLD); break;
-    }
+    const int m = M - M % FOLD2_MR; /* the rest: the two plain calls */
+    gemm_tn_fold2_epi(m, N, P0, A0, B0, P1, A1, B1, lda, ldb, C, ldc, tn_epi(mode0));
+    if (m == M) return;
+    gemm_tn_wide(M - m, N, P0, A0 + m, lda, B0, ldb, C + (long)m * ldc, ldc, mode0);
+    gemm_tn_wide(M - m, N, P1, A1 + m, lda, B1, ldb, C + (long)m * ldc, ldc, TN_FOLD);
 }
 #define NN(rows, N, K, A, lda, B, ldb, pk, C, ldc, E, lde, epi) gemm_nn_wide(rows, N, K, A, lda, B, ldb, C, ldc, E, lde, epi)
 #define TN gemm_tn_wide
