@@ -122,20 +122,20 @@ AI void gemm_nn_bf16_rest(int rows, const int nv, const int K2, const uint32_t *
     }
 }
 
-/* gemm_nn with B packed by pack_pairs (K rounded up to BF_ALIGN_K, N pairs per row); A is rounded into scratch
+/* gemm_nn with B packed by pack_pairs (K rounded up to BF_ALIGN_K, rows of ldb pairs); A is rounded into scratch
  * first (rows x round_up(K, 16) bf16; A's columns K..round_up(K, 16) must be finite, they meet zero rows of B).
  * `any_n`: N is known only at run time (panels of NC_MAX vectors), else a compile-time constant at the call
  * site (panels of tile_nc(N) vectors), as gemm.h's gemm_nn_any and gemm_nn. */
 AI void gemm_nn_bf16(int rows, const int N, const int K, const float *A, const int lda, const uint32_t *B,
-                     float *C, const int ldc, const float *E, const int lde, const int epi, uint16_t *scratch,
-                     const int any_n) {
+                     const int ldb, float *C, const int ldc, const float *E, const int lde, const int epi,
+                     uint16_t *scratch, const int any_n) {
     const int Kp = round_up(K, BF_ALIGN_K), nc = any_n ? NC_MAX : tile_nc(N), n_main = N / (nc * VW) * (nc * VW);
     rows_to_bf16(A, lda, rows, Kp, scratch);
     const uint32_t *Ap = (const uint32_t *)scratch;
     for (int j0 = 0; j0 < n_main; j0 += nc * VW)
-        gemm_nn_bf16_panel(rows, nc, Kp / 2, Ap, B + j0, N, C + j0, ldc, E ? E + j0 : 0, lde, epi);
+        gemm_nn_bf16_panel(rows, nc, Kp / 2, Ap, B + j0, ldb, C + j0, ldc, E ? E + j0 : 0, lde, epi);
     if (n_main < N)
-        gemm_nn_bf16_rest(rows, (N - n_main) / VW, Kp / 2, Ap, B + n_main, N, C + n_main, ldc, E ? E + n_main : 0,
+        gemm_nn_bf16_rest(rows, (N - n_main) / VW, Kp / 2, Ap, B + n_main, ldb, C + n_main, ldc, E ? E + n_main : 0,
                           lde, epi);
 }
 

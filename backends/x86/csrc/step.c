@@ -58,7 +58,7 @@ EMG_DEFINE_STEP(256, pass_step_d256, sync_part_d256, attention_forward_seq_d256,
 #else
 #define KEEP(width) 1
 #endif
-#define ENTRY(width, pass_step_w, sync_part_w) {width, KEEP(width) ? pass_step_w : NULL, KEEP(width) ? sync_part_w : NULL}
+#define ENTRY(width, pass_step_w, sync_part_w) {width, KEEP(width) ? pass_step_w : NULL, KEEP(width) ? sync_part_w : NULL, 0}
 
 /* kernels[i] is the step for d_model 16 * (i + 1) (none: the run-time-width step). */
 static const struct emg_x86_kernel kernels[] = {
@@ -91,11 +91,13 @@ void emg_x86_sync_transposed(struct emg_session *s) { emg_pool_run(emg_x86_pool(
  * every activation of the batch through each operation (batch 256 was ~15% slower per sample than batch 64
  * at d64/d128). A chunk's later blocks continue its weight gradients' sums; a one-block chunk after chunk 0's
  * run on the same participant folds them into job->grads (emg_segment); loss sums go to totals. */
-static void chunks_step(struct emg_step_job *job, struct emg_acts *a, int c0, int c1) {
+static void chunks_step(struct emg_step_job *job, struct emg_acts *a, int c0, int c1, struct emg_pass pass) {
     struct emg_session *s = job->s;
     const pass_step_fn pass_step_w = s->k->pass_step;
     const int block = s->block_rows;
-    struct emg_pass pass = {.seq0 = emg_x86_chunk(s, c0)->seq0, .data_row = emg_x86_chunk(s, c0)->row0};
+    const int writer = pass.tid == 0; /* of the job's per-chunk fields, when a pass is shared */
+    pass.seq0 = emg_x86_chunk(s, c0)->seq0;
+    pass.data_row = emg_x86_chunk(s, c0)->row0;
     for (int c = c0; c < c1; c++) {
         const struct emg_chunk *ch = emg_x86_chunk(s, c);
         float *own = emg_x86_chunk_grads(s, c, job->grads);
@@ -103,14 +105,17 @@ static void chunks_step(struct emg_step_job *job, struct emg_acts *a, int c0, in
          * in chunk order, and this chunk's sum added to it is what emg_x86_reduce would add next. */
         const int fold = c0 == 0 && c > 0 && job->grads != NULL && ch->rows <= block
                          && (c == 1 || job->folded[c - 1]);
-        job->folded[c] = fold;
-        job->totals[c] = 0.0;
+        if (writer) {
+            job->folded[c] = fold;
+            job->totals[c] = 0.0;
+        }
         for (int b = ch->seq0, done = 0; b < ch->seq1;) {
             int rows = job->lengths[b] - 1;
             for (b++; b < ch->seq1 && rows + job->lengths[b] - 1 <= block; b++) rows += job->lengths[b] - 1;
-            if (pass.n_seg > 0 && pass.rows + rows > block) {
+            if (pass.n_seg > 0 && pass.rows + rows > block) { /* never in a shared pass: one block of two chunks */
                 pass_step_w(s, a, &pass, job->lengths, job->inv_p);
-                pass = (struct emg_pass){.seq0 = pass.seq1, .data_row = pass.data_row + pass.rows};
+                pass = (struct emg_pass){.seq0 = pass.seq1, .data_row = pass.data_row + pass.rows, .parts = 1,
+                                         .own = pass.own};
             }
             const enum tn_mode mode = done > 0 ? TN_CONTINUE : fold ? TN_FOLD : TN_WRITE;
             pass.seg[pass.n_seg++] = (struct emg_segment){.row = pass.rows, .rows = rows, .mode = mode,
@@ -129,17 +134,35 @@ static void chunks_step(struct emg_step_job *job, struct emg_acts *a, int c0, in
 static void step_part(void *ctx, int tid, int n) {
     struct emg_step_job *job = ctx;
     struct emg_session *s = job->s;
-    int c0, c1;
-    emg_x86_participant_chunks(job->chunks, tid, n, &c0, &c1);
-    if (c1 > c0) chunks_step(job, emg_x86_acts(s, tid), c0, c1);
+    struct emg_acts *own = emg_x86_acts(s, tid);
+    if (job->shared) { /* both participants run the one pass of both chunks, in participant 0's activations */
+        chunks_step(job, emg_x86_acts(s, 0), 0, job->chunks,
+                    (struct emg_pass){.parts = 2, .tid = tid, .pool = job->pool, .own = own});
+    } else {
+        int c0, c1;
+        emg_x86_participant_chunks(job->chunks, tid, n, &c0, &c1);
+        if (c1 > c0) chunks_step(job, own, c0, c1, (struct emg_pass){.parts = 1, .own = own});
+    }
     if (job->grads == NULL) return;
     if (emg_x86_reduce(job, tid, n) && job->train) s->k->sync_part(s, tid, n);
+}
+
+/* Whether two participants run the step's one pass together (emg_pass.parts): the kernel can (the run-time
+ * widths), there are two of them and two chunks, and both chunks fit one block of activations, which makes the
+ * pass the one-thread step's single pass of two segments, its weight gradients the two-segment fold. So the
+ * bits are those of every other thread count. */
+static int shares_pass(const struct emg_step_job *job) {
+    const struct emg_session *s = job->s;
+    if (!s->k->shares_pass || job->grads == NULL || job->n != 2 || job->chunks != 2) return 0;
+    const int rows0 = emg_x86_chunk(s, 0)->rows, rows1 = emg_x86_chunk(s, 1)->rows;
+    return rows0 > 0 && rows1 > 0 && rows0 + rows1 <= s->acts.rows;
 }
 
 /* Pack, then run every participant's part of the step; returns the mean loss. */
 static float run_step(struct emg_step_job *job, int batch, const uint8_t *tokens) {
     emg_x86_job_participants(job, batch);
     const int P = emg_x86_pack(job->s, batch, tokens, job->lengths, job->chunks);
+    job->shared = shares_pass(job);
     job->inv_p = 1.0f / (float)P;
     emg_pool_run(job->pool, step_part, job);
     return emg_x86_loss(job);

@@ -52,10 +52,17 @@ struct emg_segment {
 };
 
 /* What one participant runs at once over its activation rows: the sequences seq0..seq1-1, packed in `rows`
- * rows from row data_row, made of the blocks of one or more consecutive chunks. */
+ * rows from row data_row, made of the blocks of one or more consecutive chunks. A pass may also be run by two
+ * participants together (parts 2, only the run-time-width step: step.c, chunks_step): the same pass, in the
+ * first participant's activations, each GEMM split by output columns (weight gradients: by rows) and the
+ * row-wise work by segment, participant `tid` taking segment tid, with a barrier of `pool` between dependent
+ * operations. `own`: the participant's activations, whose scratch (attention's, the bf16 operands) it uses. */
 struct emg_pass {
     int seq0, seq1, data_row, rows, n_seg;
     struct emg_segment seg[4]; /* at most one block per chunk: EMG_X86_MAX_CHUNKS */
+    int parts, tid;
+    struct emg_pool *pool;
+    struct emg_acts *own;
 };
 _Static_assert(EMG_X86_MAX_CHUNKS <= sizeof(((struct emg_pass *)0)->seg) / sizeof(struct emg_segment),
                "a pass holds a segment per chunk");
@@ -74,28 +81,30 @@ struct emg_x86_kernel {
     int d_model;
     pass_step_fn pass_step;
     emg_pool_fn sync_part;
+    int shares_pass; /* two participants can run one pass together (emg_pass.parts) */
 };
 
 /* step_wide.c's step: widths above the compiled ones, multiples of 16 up to EMG_MAX_D_MODEL. */
 #define STEP_WIDE_MIN 272
 extern const struct emg_x86_kernel emg_x86_wide_kernel;
 
-/* The GEMM calls name both operand forms: fp32 B (row-major, ldb) and B packed into bf16 pairs (pk); the
- * avx512_bf16 build (EMG_BF16) uses the packed form and the participant's bf16 scratch rows (bfa, bfb).
+/* The GEMM calls name both operand forms: fp32 B (row-major, ldb) and B packed into bf16 pairs (pk, rows of ldb
+ * pairs); the avx512_bf16 build (EMG_BF16) uses the packed form and the participant's bf16 scratch rows (bfa, bfb).
  * NN_ANY: an output width known only at run time (the padded vocabulary). */
 #if defined(EMG_STEP_WIDE)
 /* A run-time width: every GEMM is one out-of-line copy with run-time N and epilogue (panels of NC_MAX
  * vectors), instead of tiles inlined and shaped per call site. */
 #ifdef EMG_BF16
-NOT_INLINED void gemm_nn_wide(int rows, int N, int K, const float *A, int lda, const void *pk, float *C, int ldc,
-                              const float *E, int lde, int epi, uint16_t *bfa) {
-    gemm_nn_bf16(rows, N, K, A, lda, (const uint32_t *)pk, C, ldc, E, lde, epi, bfa, 1);
+NOT_INLINED void gemm_nn_wide(int rows, int N, int K, const float *A, int lda, const void *pk, int ldb, float *C,
+                              int ldc, const float *E, int lde, int epi, uint16_t *bfa) {
+    gemm_nn_bf16(rows, N, K, A, lda, (const uint32_t *)pk, ldb, C, ldc, E, lde, epi, bfa, 1);
 }
 NOT_INLINED void gemm_tn_wide(int M, int N, int P, const float *A, int lda, const float *B, int ldb, float *C,
                               int ldc, enum tn_mode mode, uint16_t *bfa, uint16_t *bfb) {
     gemm_tn_bf16_epi(M, N, P, A, lda, B, ldb, C, ldc, tn_epi(mode), bfa, bfb, 1);
 }
-#define NN(rows, N, K, A, lda, B, ldb, pk, C, ldc, E, lde, epi) gemm_nn_wide(rows, N, K, A, lda, pk, C, ldc, E, lde, epi, bfa)
+#define NN(rows, N, K, A, lda, B, ldb, pk, C, ldc, E, lde, epi) \
+    gemm_nn_wide(rows, N, K, A, lda, pk, ldb, C, ldc, E, lde, epi, bfa)
 #define TN(M, N, P, A, lda, B, ldb, C, ldc, acc) gemm_tn_wide(M, N, P, A, lda, B, ldb, C, ldc, acc, bfa, bfb)
 /* Two segments of a pass into the same gradient, the second folded in: C streamed once (as the fp32 build's
  * gemm_tn_fold2_wide below). */
@@ -152,9 +161,9 @@ NOT_INLINED void gemm_tn_fold2_wide(int M, int N, int P0, const float *A0, const
 #define NN_ANY NN
 #elif defined(EMG_BF16)
 #define NN(rows, N, K, A, lda, B, ldb, pk, C, ldc, E, lde, epi) \
-    gemm_nn_bf16(rows, N, K, A, lda, (const uint32_t *)(pk), C, ldc, E, lde, epi, bfa, 0)
+    gemm_nn_bf16(rows, N, K, A, lda, (const uint32_t *)(pk), ldb, C, ldc, E, lde, epi, bfa, 0)
 #define NN_ANY(rows, N, K, A, lda, B, ldb, pk, C, ldc, E, lde, epi) \
-    gemm_nn_bf16(rows, N, K, A, lda, (const uint32_t *)(pk), C, ldc, E, lde, epi, bfa, 1)
+    gemm_nn_bf16(rows, N, K, A, lda, (const uint32_t *)(pk), ldb, C, ldc, E, lde, epi, bfa, 1)
 #define TN(M, N, P, A, lda, B, ldb, C, ldc, acc) gemm_tn_bf16(M, N, P, A, lda, B, ldb, C, ldc, acc, bfa, bfb)
 #else
 #define NN(rows, N, K, A, lda, B, ldb, pk, C, ldc, E, lde, epi) gemm_nn(rows, N, K, A, lda, B, ldb, C, ldc, E, lde, epi)
@@ -173,21 +182,66 @@ NOT_INLINED void gemm_tn_fold2_wide(int M, int N, int P0, const float *A0, const
 #define TN_FOLD2(...) ((void)0)
 #endif
 
+/* A pass run by two participants together (emg_pass.parts): built only where TN_FOLD2 is, since the pass's
+ * weight gradients are the two-segment fold, split by rows. Two threads at batch 16 otherwise run one chunk
+ * each, over the whole of every weight matrix: at d1024 each core streams every weight (and writes a whole
+ * gradient of its own, for emg_x86_reduce to add) for half the rows, and perf put the forward and
+ * input-gradient GEMMs at about 1.4 times one thread's core time. Split by columns, each participant streams
+ * half of each matrix for all rows, as one thread would (backends/x86/README.md, "Two threads at wide widths"). */
+AI int pass_shared(const struct emg_pass *pass) { return HAVE_TN_FOLD2 && pass->parts > 1; }
+
+/* Between two operations of a shared pass where the second reads what both participants wrote in the first. */
+AI void part_sync(const struct emg_pass *pass) {
+    if (pass_shared(pass)) emg_pool_barrier(pass->pool);
+}
+
+/* [*c0, *c1): the participant's columns of an N-wide output (or rows of an N-row weight gradient): halves
+ * split at a multiple of 16, so the bf16 operands' packing (columns rounded up to 16) stays inside the rows. */
+AI void part_cols(const struct emg_pass *pass, int N, int *c0, int *c1) {
+    const int mid = pass_shared(pass) ? (N / 2 + 8) / 16 * 16 : N;
+    *c0 = pass_shared(pass) && pass->tid == 1 ? mid : 0;
+    *c1 = pass_shared(pass) && pass->tid == 0 ? mid : N;
+}
+
+AI const float *cols_at(const float *p, int c) { return p ? p + c : p; }
+
+/* NN or NN_ANY (gemm) over the participant's columns of the output (all of them unless the pass is shared). */
+#define PART_GEMM(gemm, rows, N, K, A, lda, B, ldb, pk, C, ldc, E, lde, epi)                                    \
+    do {                                                                                                       \
+        if (!pass_shared(pass)) {                                                                                     \
+            gemm(rows, N, K, A, lda, B, ldb, pk, C, ldc, E, lde, epi);                                         \
+            break;                                                                                             \
+        }                                                                                                      \
+        int c0_, c1_;                                                                                          \
+        part_cols(pass, N, &c0_, &c1_);                                                                        \
+        if (c1_ > c0_)                                                                                         \
+            gemm(rows, c1_ - c0_, K, A, lda, (B) + c0_, ldb, (pk) + c0_, (C) + c0_, ldc, cols_at(E, c0_), lde, \
+                 epi);                                                                                         \
+    } while (0)
+#define PART_NN(...) PART_GEMM(NN, __VA_ARGS__)
+#define PART_NN_ANY(...) PART_GEMM(NN_ANY, __VA_ARGS__)
+
 /* For y = x W^T with W [N][K] (rows a multiple of ROW_PAD):
  * matmul_forward: out[rows][N] = epi(inp[rows][K] W^T) from the forward copy W^T (w_t) or its bf16 pairs (pk_t),
  *   starting from the residual E for EPI_ADD;
  * matmul_backward: dinp[rows][K] = dout W (masked by the ReLU output E for EPI_MASK) and, per segment of the
  *   pass (the rows of one chunk), dW (+)= dout^T inp over its rows into that chunk's gradient at offset g_off
- *   (added when the segment continues its chunk). */
-#define matmul_forward(rows, N, K, out, inp, w_t, pk_t, E, epi) NN(rows, N, K, inp, K, w_t, N, pk_t, out, N, E, N, epi)
+ *   (added when the segment continues its chunk). In a shared pass each participant computes its columns of
+ *   out and dinp and its rows of dW. */
+#define matmul_forward(rows, N, K, out, inp, w_t, pk_t, E, epi) \
+    PART_NN(rows, N, K, inp, K, w_t, N, pk_t, out, N, E, N, epi)
 #define matmul_backward(n_rows, N, K, dinp, g_off, dout, ld_dout, inp, w, pk, E, epi)                          \
     do {                                                                                                     \
-        NN(n_rows, K, N, dout, ld_dout, w, K, pk, dinp, K, E, K, epi);                                      \
+        PART_NN(n_rows, K, N, dout, ld_dout, w, K, pk, dinp, K, E, K, epi);                                 \
         const struct emg_segment *s0_ = &pass->seg[0], *s1_ = &pass->seg[1];                               \
         if (HAVE_TN_FOLD2 && pass->n_seg == 2 && s1_->mode == TN_FOLD && s0_->grads == s1_->grads) {       \
-            TN_FOLD2(N, K, s0_->rows, (dout) + (long)s0_->row * (ld_dout), (inp) + (long)s0_->row * (K),      \
-                     s1_->rows, (dout) + (long)s1_->row * (ld_dout), (inp) + (long)s1_->row * (K), ld_dout, K, \
-                     s0_->grads + (g_off), K, s0_->mode);                                                   \
+            int m0_, m1_; /* a shared pass: the participant's rows of the gradient */                        \
+            part_cols(pass, N, &m0_, &m1_);                                                                  \
+            if (m1_ > m0_)                                                                                   \
+                TN_FOLD2(m1_ - m0_, K, s0_->rows, (dout) + (long)s0_->row * (ld_dout) + m0_,                 \
+                         (inp) + (long)s0_->row * (K), s1_->rows, (dout) + (long)s1_->row * (ld_dout) + m0_, \
+                         (inp) + (long)s1_->row * (K), ld_dout, K, s0_->grads + (g_off) + (long)m0_ * (K), K, \
+                         s0_->mode);                                                                         \
             break;                                                                                           \
         }                                                                                                    \
         for (int q_ = 0; q_ < pass->n_seg; q_++) {                                                          \
@@ -312,18 +366,30 @@ struct pass_view {
     const float *params;
     int NL, H, V, VP;
     int P, Pp, R; /* the pass's live rows, padded to ROW_PAD; the activation buffers' rows */
+    int r0, r1;   /* the participant's rows for row-wise work: [0, Pp), or its segment's in a shared pass */
     long att_layer; /* floats of one layer's attention probabilities */
     const int *row_tok, *row_tgt, *row_pos; /* the pass's rows of the row bookkeeping */
+    float *scratch; /* the participant's own: attention's, and the bf16 operands (bfa, bfb) */
+#ifdef EMG_BF16
+    uint16_t *bfa, *bfb;
+#endif
 };
 
 AI struct pass_view pass_view(const struct emg_session *s, const struct emg_acts *a, const struct emg_pass *pass) {
-    const int H = s->core.shape.n_heads, P = pass->rows, data_row = pass->data_row;
+    const int H = s->core.shape.n_heads, P = pass->rows, Pp = round_up(P, ROW_PAD), data_row = pass->data_row;
+    const int split = pass_shared(pass) ? pass->seg[1].row : 0; /* a shared pass: segment 1 (and the padding) from here */
     const struct emg_rows rows = emg_x86_rows(s);
     return (struct pass_view){.lay = &s->core.layout, .params = s->core.params, .NL = s->core.shape.n_layers, .H = H,
-                              .V = s->core.shape.vocab, .VP = s->logit_ld, .P = P, .Pp = round_up(P, ROW_PAD),
-                              .R = a->rows, .att_layer = (long)a->rows * H * s->att_lanes,
-                              .row_tok = rows.tok + data_row, .row_tgt = rows.tgt + data_row,
-                              .row_pos = rows.pos + data_row};
+                              .V = s->core.shape.vocab, .VP = s->logit_ld, .P = P, .Pp = Pp, .R = a->rows,
+                              .r0 = pass_shared(pass) && pass->tid == 1 ? split : 0,
+                              .r1 = pass_shared(pass) && pass->tid == 0 ? split : Pp,
+                              .att_layer = (long)a->rows * H * s->att_lanes, .row_tok = rows.tok + data_row,
+                              .row_tgt = rows.tgt + data_row, .row_pos = rows.pos + data_row,
+                              .scratch = pass->own->scratch,
+#ifdef EMG_BF16
+                              .bfa = (uint16_t *)pass->own->bf_a, .bfb = (uint16_t *)pass->own->bf_b
+#endif
+    };
 }
 
 #define ACT(field, l, width) (a->field + (long)(l) * v->R * (width)) /* layer l's rows of a per-layer activation */
@@ -335,33 +401,41 @@ AI struct pass_view pass_view(const struct emg_session *s, const struct emg_acts
 AI void layer_forward(const int D, attention_forward_fn attention_forward_w, struct emg_session *s,
                       struct emg_acts *a, const struct emg_pass *pass, const struct pass_view *v,
                       const uint16_t *lengths, int l) {
-    const int F = 4 * D, H = v->H, P = v->P, Pp = v->Pp;
+    const int F = 4 * D, H = v->H, P = v->P, Pp = v->Pp, r0 = v->r0, r_end = v->r1;
 #ifdef EMG_BF16
-    uint16_t *bfa = (uint16_t *)a->bf_a;
+    uint16_t *bfa = v->bfa;
 #endif
     float *x = ACT(x, l, D), *n1 = ACT(n1, l, D), *r1 = ACT(r1, l, 1), *qkv = ACT(qkv, l, 3 * D);
     float *att = a->att + l * v->att_layer, *o = ACT(o, l, D), *x_mid = ACT(x_mid, l, D), *n2 = ACT(n2, l, D);
     float *r2 = ACT(r2, l, 1), *hid = ACT(hid, l, F);
     if (l > 0)
-        for (int p = 0; p < Pp; p++) r1[p] = rmsnorm_mean_sq(D, x + p * D);
-    rmsnorm_scales(r1, Pp);
-    for (int p = 0; p < Pp; p++) (void)rmsnorm_apply(D, x + p * D, r1[p], n1 + p * D);
+        for (int p = r0; p < r_end; p++) r1[p] = rmsnorm_mean_sq(D, x + p * D);
+    rmsnorm_scales(r1 + r0, r_end - r0);
+    for (int p = r0; p < r_end; p++) (void)rmsnorm_apply(D, x + p * D, r1[p], n1 + p * D);
+    part_sync(pass);
     matmul_forward(Pp, 3 * D, D, qkv, n1, LAYER_COPY(wqkv_t, l, 3 * D * D), LAYER_COPY(pk_qkv_t, l, 3 * D * D / 2),
                    NULL, EPI_NONE);
-    memset(o + P * D, 0, sizeof(float) * (size_t)(Pp - P) * D);
+    part_sync(pass);
+    if (r_end == Pp) memset(o + P * D, 0, sizeof(float) * (size_t)(Pp - P) * D);
     long att_off = 0;
     for (int b = pass->seq0, r = 0; b < pass->seq1; b++) {
         const int L = lengths[b] - 1;
-        attention_forward_w(D, H, qkv + r * 3 * D, o + r * D, att + att_off, L, a->scratch);
+        if (r >= r0 && r < r_end) /* the participant's sequences */
+            attention_forward_w(D, H, qkv + r * 3 * D, o + r * D, att + att_off, L, v->scratch);
         r += L;
         att_off += (long)H * L * att_lanes(L);
     }
+    part_sync(pass);
     matmul_forward(Pp, D, D, x_mid, o, LAYER_COPY(wo_t, l, D * D), LAYER_COPY(pk_o_t, l, D * D / 2), x, EPI_ADD);
-    rmsnorm_forward(D, x_mid, Pp, r2, n2);
+    part_sync(pass);
+    rmsnorm_forward(D, x_mid + r0 * D, r_end - r0, r2 + r0, n2 + r0 * D);
+    part_sync(pass);
     matmul_forward(Pp, F, D, hid, n2, LAYER_COPY(wf1_t, l, 4 * D * D), LAYER_COPY(pk_f1_t, l, 2 * D * D), NULL,
                    EPI_RELU);
+    part_sync(pass);
     matmul_forward(Pp, D, F, ACT(x, l + 1, D), hid, LAYER_COPY(wf2_t, l, 4 * D * D),
                    LAYER_COPY(pk_f2_t, l, 2 * D * D), x_mid, EPI_ADD);
+    part_sync(pass);
 }
 
 /* Forward of one pass: the sequences pass->seq0..seq1-1, whose pass->rows live rows are packed from row
@@ -370,27 +444,29 @@ AI void layer_forward(const int D, attention_forward_fn attention_forward_w, str
 AI void model_forward(const int D, attention_forward_fn attention_forward_w, struct emg_session *s,
                       struct emg_acts *a, const struct emg_pass *pass, const struct pass_view *v,
                       const uint16_t *lengths, float inv_p) {
-    const int NL = v->NL, V = v->V, VP = v->VP, P = v->P, Pp = v->Pp;
+    const int NL = v->NL, V = v->V, VP = v->VP, P = v->P, Pp = v->Pp, r0 = v->r0, r_end = v->r1;
     const float *params = v->params;
 #ifdef EMG_BF16
-    uint16_t *bfa = (uint16_t *)a->bf_a;
+    uint16_t *bfa = v->bfa;
 #endif
 
     /* The embedding and its norm, chained with layer 0's first norm: rmsnorm_apply returns the mean squares
      * of what it writes. Padding rows are zero all the way through the step. */
     float *x0 = a->x;
-    encoder_forward(D, params + v->lay->tok_emb, params + v->lay->pos_emb, v->row_tok, v->row_pos, P, Pp, x0,
-                    a->r_emb);
-    rmsnorm_scales(a->r_emb, Pp);
-    for (int p = 0; p < Pp; p++) a->r1[p] = rmsnorm_apply(D, x0 + p * D, a->r_emb[p], x0 + p * D);
+    encoder_forward(D, params + v->lay->tok_emb, params + v->lay->pos_emb, v->row_tok + r0, v->row_pos + r0,
+                    (P < r_end ? P : r_end) - r0, r_end - r0, x0 + r0 * D, a->r_emb + r0);
+    rmsnorm_scales(a->r_emb + r0, r_end - r0);
+    for (int p = r0; p < r_end; p++) a->r1[p] = rmsnorm_apply(D, x0 + p * D, a->r_emb[p], x0 + p * D);
     for (int l = 0; l < NL; l++) layer_forward(D, attention_forward_w, s, a, pass, v, lengths, l);
     const float *x_last = ACT(x, NL, D);
     float *logits = a->logits;
-    NN_ANY(Pp, VP, D, x_last, D, s->wlm_t, VP, s->pk_lm_t, logits, VP, NULL, 0, EPI_NONE);
+    PART_NN_ANY(Pp, VP, D, x_last, D, s->wlm_t, VP, s->pk_lm_t, logits, VP, NULL, 0, EPI_NONE);
+    part_sync(pass);
 
     /* Cross-entropy per segment (its loss sum goes to its chunk's total); the logits rows become
      * dloss/dlogits = (softmax - onehot) / P_total in place. */
     for (int q = 0; q < pass->n_seg; q++) {
+        if (pass_shared(pass) && q != pass->tid) continue;
         const struct emg_segment *sg = &pass->seg[q];
         *sg->total += crossentropy_forward_backward(logits + (long)sg->row * VP, VP, V, v->row_tgt + sg->row,
                                                     sg->rows, inv_p);
@@ -402,9 +478,9 @@ AI void model_forward(const int D, attention_forward_fn attention_forward_w, str
 AI void layer_backward(const int D, attention_backward_fn attention_backward_w, struct emg_session *s,
                        struct emg_acts *a, const struct emg_pass *pass, const struct pass_view *v,
                        const uint16_t *lengths, int l) {
-    const int F = 4 * D, H = v->H, P = v->P, Pp = v->Pp;
+    const int F = 4 * D, H = v->H, P = v->P, Pp = v->Pp, r0 = v->r0, r_end = v->r1;
 #ifdef EMG_BF16
-    uint16_t *bfa = (uint16_t *)a->bf_a, *bfb = (uint16_t *)a->bf_b;
+    uint16_t *bfa = v->bfa, *bfb = v->bfb;
 #endif
     (void)s; /* the bf16 build's packed weights only */
     float *dx = a->dx, *dhid = a->dhid, *dn2 = a->dn2, *dx_mid = a->dx_mid, *dout = a->dout, *dqkv = a->dqkv;
@@ -414,25 +490,36 @@ AI void layer_backward(const int D, attention_backward_fn attention_backward_w, 
     /* MLP: x[l + 1] = x_mid + relu(n2 Wf1^T) Wf2^T; dx holds dloss/dx[l + 1] */
     matmul_backward(Pp, D, F, dhid, LAYER_G(l, WF2), dx, D, hid, LAYER_W(l, WF2), LAYER_COPY(pk_f2, l, 2 * D * D),
                     hid, EPI_MASK);
+    part_sync(pass);
     matmul_backward(Pp, F, D, dn2, LAYER_G(l, WF1), dhid, F, n2, LAYER_W(l, WF1), LAYER_COPY(pk_f1, l, 2 * D * D),
                     NULL, EPI_NONE);
-    for (int p = 0; p < Pp; p++) rmsnorm_backward(D, dn2 + p * D, n2 + p * D, r2[p], dx + p * D, dx_mid + p * D);
+    part_sync(pass);
+    for (int p = r0; p < r_end; p++) rmsnorm_backward(D, dn2 + p * D, n2 + p * D, r2[p], dx + p * D, dx_mid + p * D);
+    part_sync(pass);
     /* attention: x_mid = x[l] + attention(n1 Wqkv^T) Wo^T */
     matmul_backward(Pp, D, D, dout, LAYER_G(l, WO), dx_mid, D, o, LAYER_W(l, WO), LAYER_COPY(pk_o, l, D * D / 2),
                     NULL, EPI_NONE);
-    memset(dqkv + P * 3 * D, 0, sizeof(float) * (size_t)(Pp - P) * 3 * D);
+    part_sync(pass);
+    if (r_end == Pp) memset(dqkv + P * 3 * D, 0, sizeof(float) * (size_t)(Pp - P) * 3 * D);
     long att_off = 0;
     for (int b = pass->seq0, r = 0; b < pass->seq1; b++) {
         const int L = lengths[b] - 1;
-        attention_backward_w(D, H, qkv + r * 3 * D, att + att_off, dout + r * D, dqkv + r * 3 * D, L, a->scratch);
+        if (r >= r0 && r < r_end) /* the participant's sequences */
+            attention_backward_w(D, H, qkv + r * 3 * D, att + att_off, dout + r * D, dqkv + r * 3 * D, L,
+                                 v->scratch);
         r += L;
         att_off += (long)H * L * att_lanes(L);
     }
+    part_sync(pass);
     /* Q, K, V projections (one GEMM each way: Wq, Wk, Wv are adjacent in the parameter layout) */
     matmul_backward(Pp, 3 * D, D, dn1, LAYER_G(l, WQ), dqkv, 3 * D, n1, LAYER_W(l, WQ),
                     LAYER_COPY(pk_qkv, l, 3 * D * D / 2), NULL, EPI_NONE);
-    if (l > 0) /* dloss/dx[l], the next layer down's dloss/dx[l + 1] */
-        for (int p = 0; p < Pp; p++) rmsnorm_backward(D, dn1 + p * D, n1 + p * D, r1[p], dx_mid + p * D, dx + p * D);
+    part_sync(pass);
+    if (l > 0) { /* dloss/dx[l], the next layer down's dloss/dx[l + 1] */
+        for (int p = r0; p < r_end; p++)
+            rmsnorm_backward(D, dn1 + p * D, n1 + p * D, r1[p], dx_mid + p * D, dx + p * D);
+        part_sync(pass);
+    }
 }
 
 /* Backward of one pass after model_forward, into the segments' gradients: the LM head, the layers in reverse,
@@ -444,18 +531,21 @@ AI void model_backward(const int D, attention_backward_fn attention_backward_w, 
     const int NL = v->NL, V = v->V, VP = v->VP, P = v->P, Pp = v->Pp;
     const float *params = v->params;
 #ifdef EMG_BF16
-    uint16_t *bfa = (uint16_t *)a->bf_a, *bfb = (uint16_t *)a->bf_b;
+    uint16_t *bfa = v->bfa, *bfb = v->bfb;
 #endif
     (void)params; /* the fp32 build's row-major Wlm only */
     float *x0 = a->x, *logits = a->logits, *dx = a->dx, *dx_mid = a->dx_mid, *dn1 = a->dn1;
     const float *x_last = ACT(x, NL, D);
-    memset(logits + P * VP, 0, sizeof(float) * (size_t)(Pp - P) * VP);
+    if (v->r1 == Pp) memset(logits + P * VP, 0, sizeof(float) * (size_t)(Pp - P) * VP);
+    part_sync(pass);
 
     /* LM head: logits = x[L] Wlm^T, Wlm [V][D] */
     matmul_backward(Pp, V, D, dx, lay->wlm, logits, VP, x_last, params + lay->wlm, s->pk_lm, NULL, EPI_NONE);
+    part_sync(pass);
     for (int l = NL - 1; l >= 0; l--) layer_backward(D, attention_backward_w, s, a, pass, v, lengths, l);
     /* Layer 0's first norm, the embedding norm and the embedding scatter, row by row into each row's chunk. */
     for (int q = 0; q < pass->n_seg; q++) {
+        if (pass_shared(pass) && q != pass->tid) continue;
         const struct emg_segment *sg = &pass->seg[q];
         float *g_tok = sg->own + lay->tok_emb, *g_pos = sg->own + lay->pos_emb;
         if (sg->mode != TN_CONTINUE) /* the chunk's first block: both tables start from zero */
@@ -491,5 +581,8 @@ AI void pass_step(const int D, attention_forward_fn attention_forward_w, attenti
 #undef LAYER_COPY
 #undef matmul_forward
 #undef matmul_backward
+#undef PART_GEMM
+#undef PART_NN
+#undef PART_NN_ANY
 
 #endif /* EMG_X86_STEP_IMPL_H */

@@ -26,4 +26,4 @@ static void sync_part_wide(void *ctx, int tid, int n) {
     sync_part(s->core.shape.d_model, s, tid, n);
 }
 
-const struct emg_x86_kernel emg_x86_wide_kernel = {0, pass_step_wide, sync_part_wide};
+const struct emg_x86_kernel emg_x86_wide_kernel = {0, pass_step_wide, sync_part_wide, HAVE_TN_FOLD2};

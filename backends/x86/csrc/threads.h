@@ -33,7 +33,8 @@ struct emg_rows {
 /* A batch is split into chunks by its size alone (emg_x86_chunks: 1 below batch 8, 2 from batch 8, 4 from
  * batch 128), so the summation order, and every bit of the result, is the same whatever the thread count.
  * Participant tid of n runs a consecutive range of chunks (emg_x86_participant_chunks); more threads than
- * chunks leave the extra ones only the parameter-range work. Why so few chunks: every chunk beyond the first
+ * chunks leave the extra ones only the parameter-range work. (At the run-time widths two participants run a
+ * batch of two one-block chunks as one pass together instead: step.c, shares_pass.) Why so few chunks: every chunk beyond the first
  * costs any thread count its own weight-gradient tiles and one more gradient sum (an add per tile element
  * when folded, step.c's emg_segment; a pass over its buffer otherwise), and chunks smaller than a
  * block (BLOCK_ROWS, ~32 names) split each weight-gradient GEMM further; with 4 sequences per chunk (the
@@ -61,6 +62,7 @@ struct emg_step_job {
     int chunks;                        /* this batch's chunks (emg_x86_chunks) */
     double totals[EMG_X86_MAX_CHUNKS]; /* loss sum per chunk */
     int folded[EMG_X86_MAX_CHUNKS];    /* the chunk's weight gradients were folded into grads (step.c emg_segment) */
+    int shared; /* two participants run the step's one pass together (step_impl.h emg_pass.parts) */
     int bad[EMG_X86_MAX_THREADS];       /* a participant's share of the summed gradient is not finite */
     int params_bad[EMG_X86_MAX_THREADS]; /* a parameter of its Adam share is not finite after the update */
     double norm_parts[EMG_X86_NORM_PARTS]; /* clipping: the summed gradient's sum of squares per part */

@@ -32,7 +32,8 @@ def test_threaded_gradients_match_float64(lib_path: str, threads: int, shape: Mo
     """Batch 1 and 5 run as one chunk, 16 as two (so 7 threads leave 5 participants without a chunk; one
     thread folds the second chunk's weight gradients into the first's), 256 as four with several hundred rows
     each; 3 layers at context 64 give every chunk several blocks. d272 runs the run-time-width step, whose one
-    thread folds the second chunk in tile by tile (gemm_tn_fold2_epi)."""
+    thread folds the second chunk in tile by tile (gemm_tn_fold2_epi) and whose two threads run that pass
+    together."""
     ref = clear_inputs(shape, batch)
     session = _session(lib_path, shape, threads, ref.params)
     loss, grads = session.loss_and_grads(ref.tokens, ref.lengths)
@@ -57,14 +58,16 @@ def _run(lib_path: str, shape: ModelShape, threads: int, steps: int, batch: int)
 @pytest.mark.parametrize(("shape", "batch"), [(ModelShape(32, 4, 2, 40, 24), 7), (ModelShape(32, 4, 2, 40, 24), 24),
                                               (ModelShape(16, 4), 8), (ModelShape(48, 4, 1, 27, 16), 130),
                                               (ModelShape(32, 4, 1, 27, 8), 128), (ModelShape(400, 8, 1, 27, 16), 9),
-                                              (ModelShape(32, 4, 2, 27, 256), 9)])
+                                              (ModelShape(288, 6, 2, 65, 24), 8), (ModelShape(32, 4, 2, 27, 256), 9)])
 def test_every_thread_count_gives_bit_identical_runs(lib_path: str, shape: ModelShape, batch: int) -> None:
     """Batches of 1, 2 and 4 chunks (threads.h emg_x86_chunks): 1-7 threads train the same bits. A participant
     that runs chunk 0 folds each following one-block chunk into its sum (emg_segment): one thread folds every
     chunk at batch 24 and at batch 128 with context 8 (four chunks of ~130 rows), two threads only the second
     of those four, three none; at batch 130 with context 16 the chunks straddle one block (240 rows), so some
-    fold and some do not. Width 400 runs the run-time-width step (csrc/step_wide.c); context 256 blocks of
-    one whole sequence (264 rows), several per chunk."""
+    fold and some do not. Widths 400 and 288 run the run-time-width step (csrc/step_wide.c), where two
+    threads run both chunks' one block as one pass together (step_impl.h emg_pass.parts: GEMMs split by
+    columns, weight gradients by rows, row-wise work by chunk), width 288 with an LM head of 65 rows split
+    unevenly (32 + 33); context 256 blocks of one whole sequence (264 rows), several per chunk."""
     steps = 6 if batch > 100 or shape.d_model > 256 or shape.context > 64 else 20
     losses_1, state_1 = _run(lib_path, shape, 1, steps, batch)
     for threads in (2, 3, 4, 7):
