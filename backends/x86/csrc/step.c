@@ -58,7 +58,8 @@ EMG_DEFINE_STEP(256, pass_step_d256, sync_part_d256, attention_forward_seq_d256,
 #else
 #define KEEP(width) 1
 #endif
-#define ENTRY(width, pass_step_w, sync_part_w) {width, KEEP(width) ? pass_step_w : NULL, KEEP(width) ? sync_part_w : NULL, 0}
+#define ENTRY(width, pass_step_w, sync_part_w) \
+    {width, KEEP(width) ? pass_step_w : NULL, KEEP(width) ? sync_part_w : NULL, 0}
 
 /* kernels[i] is the step for d_model 16 * (i + 1) (none: the run-time-width step). */
 static const struct emg_x86_kernel kernels[] = {

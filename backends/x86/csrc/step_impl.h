@@ -267,17 +267,24 @@ AI void sync_part(const int D, struct emg_session *s, int tid, int n) {
     int lo_, hi_;                                                                                          \
     emg_x86_share_rows(s->core.layout.n_params, (w) - p, rows, cols, tile, tid, n, &lo_, &hi_)
 #ifdef EMG_BF16
-/* W[rows][K] into W^T's pairs (N outputs: rows padded with zero rows), or W's own rows (K of N floats) in
- * pairs, padded with zero rows to Kp: the owner of W's last row packs the padding. */
-#define PACK_T_OWN(w, rows, K, N, dst)                                                                     \
+/* Both packed copies of W[rows][cols], of the rows tid's Adam share updated: W^T's pairs (Nt outputs: rows
+ * padded with zero rows) in tiles of 16 rows, and W's own rows in pairs (padded with zero rows to Kp: the owner
+ * of W's last row packs the padding) in tiles of 2. Sixteen rows of W at a time, so the second pack reads rows
+ * the first has just brought into cache; one whole pass after the other streamed a 4-16 MB matrix from memory
+ * twice at the run-time widths. */
+#define PACK_BOTH_OWN(w, rows, cols, Nt, Kp, dst_t, dst)                                                    \
     do {                                                                                                   \
-        OWN_ROWS(w, rows, K, 16);                                                                          \
-        pack_pairs_t(w, rows, K, K, N, (uint32_t *)(dst), lo_, hi_);                                       \
-    } while (0)
-#define PACK_OWN(w, K, Kp, N, dst)                                                                         \
-    do {                                                                                                   \
-        OWN_ROWS(w, K, N, 2);                                                                              \
-        pack_pairs(w, N, K, N, (uint32_t *)(dst), (lo_ == (K) ? (Kp) : lo_) / 2, (hi_ == (K) ? (Kp) : hi_) / 2); \
+        int lo_t, hi_t, lo_p, hi_p;                                                                        \
+        emg_x86_share_rows(s->core.layout.n_params, (w) - p, rows, cols, 16, tid, n, &lo_t, &hi_t);        \
+        emg_x86_share_rows(s->core.layout.n_params, (w) - p, rows, cols, 2, tid, n, &lo_p, &hi_p);         \
+        const int hi_ = hi_t > hi_p ? hi_t : hi_p;                                                         \
+        for (int r = (lo_t < lo_p ? lo_t : lo_p) / 16 * 16; r < hi_; r += 16) {                            \
+            const int t0 = r > lo_t ? r : lo_t, t1 = r + 16 < hi_t ? r + 16 : hi_t;                        \
+            const int p0 = r > lo_p ? r : lo_p, p1 = r + 16 < hi_p ? r + 16 : hi_p;                        \
+            if (t1 > t0) pack_pairs_t(w, rows, cols, cols, Nt, (uint32_t *)(dst_t), t0, t1);              \
+            if (p1 > p0) /* W's last row: the pair rows up to Kp */                                        \
+                pack_pairs(w, cols, rows, cols, (uint32_t *)(dst), p0 / 2, (p1 == (rows) ? (Kp) : p1) / 2); \
+        }                                                                                                  \
     } while (0)
 #else
 #define TRANSPOSE_OWN(w, rows, cols, dst, ld_dst)                                                          \
@@ -291,14 +298,11 @@ AI void sync_part(const int D, struct emg_session *s, int tid, int n) {
         const float *wqkv = w + EMG_LAYER_WQ(D), *wo = w + EMG_LAYER_WO(D), *wf1 = w + EMG_LAYER_WF1(D);
         const float *wf2 = w + EMG_LAYER_WF2(D);
 #ifdef EMG_BF16
-        PACK_T_OWN(wqkv, 3 * D, D, 3 * D, LAYER_COPY(pk_qkv_t, l, 3 * D * D / 2));
-        PACK_T_OWN(wo, D, D, D, LAYER_COPY(pk_o_t, l, D * D / 2));
-        PACK_T_OWN(wf1, F, D, F, LAYER_COPY(pk_f1_t, l, 2 * D * D));
-        PACK_T_OWN(wf2, D, F, D, LAYER_COPY(pk_f2_t, l, 2 * D * D));
-        PACK_OWN(wf2, D, D, F, LAYER_COPY(pk_f2, l, 2 * D * D));
-        PACK_OWN(wf1, F, F, D, LAYER_COPY(pk_f1, l, 2 * D * D));
-        PACK_OWN(wo, D, D, D, LAYER_COPY(pk_o, l, D * D / 2));
-        PACK_OWN(wqkv, 3 * D, 3 * D, D, LAYER_COPY(pk_qkv, l, 3 * D * D / 2));
+        PACK_BOTH_OWN(wqkv, 3 * D, D, 3 * D, 3 * D, LAYER_COPY(pk_qkv_t, l, 3 * D * D / 2),
+                      LAYER_COPY(pk_qkv, l, 3 * D * D / 2));
+        PACK_BOTH_OWN(wo, D, D, D, D, LAYER_COPY(pk_o_t, l, D * D / 2), LAYER_COPY(pk_o, l, D * D / 2));
+        PACK_BOTH_OWN(wf1, F, D, F, F, LAYER_COPY(pk_f1_t, l, 2 * D * D), LAYER_COPY(pk_f1, l, 2 * D * D));
+        PACK_BOTH_OWN(wf2, D, F, D, D, LAYER_COPY(pk_f2_t, l, 2 * D * D), LAYER_COPY(pk_f2, l, 2 * D * D));
 #else
         TRANSPOSE_OWN(wqkv, 3 * D, D, LAYER_COPY(wqkv_t, l, 3 * D * D), 3 * D);
         TRANSPOSE_OWN(wo, D, D, LAYER_COPY(wo_t, l, D * D), D);
@@ -307,10 +311,8 @@ AI void sync_part(const int D, struct emg_session *s, int tid, int n) {
 #endif
     }
 #ifdef EMG_BF16
-    PACK_T_OWN(wlm, V, D, VP, s->pk_lm_t); /* columns V..VP-1: zero */
-    PACK_OWN(wlm, V, VP, D, s->pk_lm);      /* rows V..VP-1: zero */
-#undef PACK_T_OWN
-#undef PACK_OWN
+    PACK_BOTH_OWN(wlm, V, D, VP, VP, s->pk_lm_t, s->pk_lm); /* W^T's columns and W's rows V..VP-1: zero */
+#undef PACK_BOTH_OWN
 #else
     (void)VP;
     TRANSPOSE_OWN(wlm, V, D, s->wlm_t, s->logit_ld); /* columns V..VP-1 stay zero */
@@ -377,7 +379,8 @@ struct pass_view {
 
 AI struct pass_view pass_view(const struct emg_session *s, const struct emg_acts *a, const struct emg_pass *pass) {
     const int H = s->core.shape.n_heads, P = pass->rows, Pp = round_up(P, ROW_PAD), data_row = pass->data_row;
-    const int split = pass_shared(pass) ? pass->seg[1].row : 0; /* a shared pass: segment 1 (and the padding) from here */
+    /* a shared pass: participant 1 takes segment 1's rows and the padding */
+    const int split = pass_shared(pass) ? pass->seg[1].row : 0;
     const struct emg_rows rows = emg_x86_rows(s);
     return (struct pass_view){.lay = &s->core.layout, .params = s->core.params, .NL = s->core.shape.n_layers, .H = H,
                               .V = s->core.shape.vocab, .VP = s->logit_ld, .P = P, .Pp = Pp, .R = a->rows,
