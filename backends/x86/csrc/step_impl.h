@@ -198,9 +198,11 @@ AI void part_sync(const struct emg_pass *pass) {
 /* [*c0, *c1): the participant's columns of an N-wide output (or rows of an N-row weight gradient): halves
  * split at a multiple of 16, so the bf16 operands' packing (columns rounded up to 16) stays inside the rows. */
 AI void part_cols(const struct emg_pass *pass, int N, int *c0, int *c1) {
-    const int mid = pass_shared(pass) ? (N / 2 + 8) / 16 * 16 : N;
-    *c0 = pass_shared(pass) && pass->tid == 1 ? mid : 0;
-    *c1 = pass_shared(pass) && pass->tid == 0 ? mid : N;
+    *c0 = 0;
+    *c1 = N;
+    if (!pass_shared(pass)) return;
+    const int mid = (N / 2 + 8) / 16 * 16;
+    *(pass->tid == 0 ? c1 : c0) = mid;
 }
 
 AI const float *cols_at(const float *p, int c) { return p ? p + c : p; }
@@ -208,7 +210,7 @@ AI const float *cols_at(const float *p, int c) { return p ? p + c : p; }
 /* NN or NN_ANY (gemm) over the participant's columns of the output (all of them unless the pass is shared). */
 #define PART_GEMM(gemm, rows, N, K, A, lda, B, ldb, pk, C, ldc, E, lde, epi)                                    \
     do {                                                                                                       \
-        if (!pass_shared(pass)) {                                                                                     \
+        if (!pass_shared(pass)) {                                                                              \
             gemm(rows, N, K, A, lda, B, ldb, pk, C, ldc, E, lde, epi);                                         \
             break;                                                                                             \
         }                                                                                                      \
@@ -267,23 +269,18 @@ AI void sync_part(const int D, struct emg_session *s, int tid, int n) {
     int lo_, hi_;                                                                                          \
     emg_x86_share_rows(s->core.layout.n_params, (w) - p, rows, cols, tile, tid, n, &lo_, &hi_)
 #ifdef EMG_BF16
-/* Both packed copies of W[rows][cols], of the rows tid's Adam share updated: W^T's pairs (Nt outputs: rows
- * padded with zero rows) in tiles of 16 rows, and W's own rows in pairs (padded with zero rows to Kp: the owner
- * of W's last row packs the padding) in tiles of 2. Sixteen rows of W at a time, so the second pack reads rows
- * the first has just brought into cache; one whole pass after the other streamed a 4-16 MB matrix from memory
- * twice at the run-time widths. */
+/* Both packed copies of W[rows][cols], of the rows tid's Adam share updated (in tiles of 16 rows): W^T's pairs
+ * (Nt outputs: rows padded with zero rows) and W's own rows in pairs (padded with zero rows to Kp: the owner of
+ * W's last row packs the padding). Sixteen rows of W at a time, so the second pack reads rows the first has
+ * just brought into cache; one whole pass after the other streamed a 4-16 MB matrix from memory twice at the
+ * run-time widths. */
 #define PACK_BOTH_OWN(w, rows, cols, Nt, Kp, dst_t, dst)                                                    \
     do {                                                                                                   \
-        int lo_t, hi_t, lo_p, hi_p;                                                                        \
-        emg_x86_share_rows(s->core.layout.n_params, (w) - p, rows, cols, 16, tid, n, &lo_t, &hi_t);        \
-        emg_x86_share_rows(s->core.layout.n_params, (w) - p, rows, cols, 2, tid, n, &lo_p, &hi_p);         \
-        const int hi_ = hi_t > hi_p ? hi_t : hi_p;                                                         \
-        for (int r = (lo_t < lo_p ? lo_t : lo_p) / 16 * 16; r < hi_; r += 16) {                            \
-            const int t0 = r > lo_t ? r : lo_t, t1 = r + 16 < hi_t ? r + 16 : hi_t;                        \
-            const int p0 = r > lo_p ? r : lo_p, p1 = r + 16 < hi_p ? r + 16 : hi_p;                        \
-            if (t1 > t0) pack_pairs_t(w, rows, cols, cols, Nt, (uint32_t *)(dst_t), t0, t1);              \
-            if (p1 > p0) /* W's last row: the pair rows up to Kp */                                        \
-                pack_pairs(w, cols, rows, cols, (uint32_t *)(dst), p0 / 2, (p1 == (rows) ? (Kp) : p1) / 2); \
+        OWN_ROWS(w, rows, cols, 16);                                                                       \
+        for (int r0_ = lo_; r0_ < hi_; r0_ += 16) {                                                        \
+            const int r1_ = r0_ + 16 < hi_ ? r0_ + 16 : hi_;                                               \
+            pack_pairs_t(w, rows, cols, cols, Nt, (uint32_t *)(dst_t), r0_, r1_);                          \
+            pack_pairs(w, cols, rows, cols, (uint32_t *)(dst), r0_ / 2, (r1_ == (rows) ? (Kp) : r1_) / 2); \
         }                                                                                                  \
     } while (0)
 #else
