@@ -173,7 +173,7 @@ AI void gemm_tn_bf16_epi(const int M, const int N, int P, const float *A, const 
     }
 }
 
-/* Two row segments into the same C, as gemm.h's gemm_tn_fold2_epi (FOLD2_MR-row tiles; rows M - M % FOLD2_MR
+/* Two row segments into the same C, as gemm.h's gemm_tn_strips (FOLD2_MR-row tiles; rows M - M % FOLD2_MR
  * on are the caller's): both segments are packed first, one after the other (the scratch holds a pass's rows
  * plus two: each segment's count is rounded up to even), then each C tile runs both segments' tiles. */
 struct tn_bf16_segment {

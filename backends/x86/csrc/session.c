@@ -49,7 +49,16 @@ static size_t acts_layout(const struct emg_session *s, struct emg_acts *a, float
     TAKE(a->logits, R * (size_t)s->logit_ld);
     TAKE(a->dx, R * d); TAKE(a->dhid, R * 4 * d); TAKE(a->dn2, R * d); TAKE(a->dx_mid, R * d);
     TAKE(a->dout, R * d); TAKE(a->dqkv, R * 3 * d); TAKE(a->dn1, R * d);
-    TAKE(a->scratch, attention_scratch(sh->d_model, sh->n_heads, s->att_lanes));
+    /* attention's, and in the fp32 builds' run-time-width step also the GEMMs' operand copies (never both at
+     * once): gemm_nn_wide's panel, or a weight gradient's strips of A and panels of B over at most R rows */
+    size_t scratch = (size_t)attention_scratch(sh->d_model, sh->n_heads, s->att_lanes);
+#ifndef EMG_BF16
+    const size_t widest_m = (size_t)round_up(4 * (int)d > s->logit_ld ? 4 * (int)d : s->logit_ld, FOLD2_MR);
+    const size_t tn = R * (widest_m + NC_MAX * VW);
+    if (scratch < WIDE_PANEL_FLOATS) scratch = WIDE_PANEL_FLOATS;
+    if (scratch < tn) scratch = tn;
+#endif
+    TAKE(a->scratch, scratch);
 #ifdef EMG_BF16 /* sizes in floats: two bf16 per float */
     const size_t widest = 4 * d > (size_t)s->logit_ld ? 4 * d : (size_t)s->logit_ld;
     /* two rows more: a pass's two segments packed one after the other, each rounded up to even (gemm_bf16.h) */

@@ -44,7 +44,7 @@ struct emg_acts {
     float *dout;    // (R, D)         dloss/do
     float *dqkv;    // (R, 3D)
     float *dn1;     // (R, D)
-    float *scratch; // attention_scratch(D, H, A): one sequence's lane rows
+    float *scratch; // attention_scratch(D, H, A): one sequence's lane rows; fp32: also the wide GEMMs' copies
 #ifdef EMG_BF16
     /* bf16 GEMM operands, rounded just before use (gemm_bf16.h) */
     float *bf_a;    // (R, max(4D, VP)) bf16

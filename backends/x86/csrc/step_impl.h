@@ -119,13 +119,13 @@ NOT_INLINED void gemm_tn_fold2_wide(int M, int N, int P0, const float *A0, const
 }
 #define TN_FOLD2(...) gemm_tn_fold2_wide(__VA_ARGS__, bfa, bfb)
 #else
-/* Reductions deeper than WIDE_K_BLOCK run in blocks of at most that many steps, each over every row and
- * column before the next: a block's rows of A and its panels of B stay in L2 (at d384 the MLP's 1536-deep
+/* Reductions deeper than WIDE_K_BLOCK (gemm.h) run in blocks of at most that many steps, each over every row
+ * and column before the next: a block's rows of A and its panels of B stay in L2 (at d384 the MLP's 1536-deep
  * A is 1.6 MB per 264 rows). Each block continues the sums the one before stored in C (a stored float is the
- * accumulator exactly), so every output is the same chain of FMAs; the epilogue acts once, at the last. */
-#define WIDE_K_BLOCK 512
+ * accumulator exactly), so every output is the same chain of FMAs; the epilogue acts once, at the last. A
+ * block reads B through contiguous panel copies in `panel` (the participant's scratch, WIDE_PANEL_FLOATS). */
 NOT_INLINED void gemm_nn_wide(int rows, int N, int K, const float *A, int lda, const float *B, int ldb, float *C,
-                              int ldc, const float *E, int lde, int epi) {
+                              int ldc, const float *E, int lde, int epi, float *panel) {
     /* EPI_FOLD (a sum from zero added to E at the end) is gemm_tn's; kept whole should it ever come here */
     const int nb = epi == EPI_FOLD ? 1 : (K + WIDE_K_BLOCK - 1) / WIDE_K_BLOCK, kb = round_up((K + nb - 1) / nb, VW);
     for (int k0 = 0; k0 < K; k0 += kb) {
@@ -137,26 +137,33 @@ NOT_INLINED void gemm_nn_wide(int rows, int N, int K, const float *A, int lda, c
         else if (first) e = epi == EPI_ADD ? EPI_ADD : EPI_NONE, eb = E, ldeb = lde;
         else if (last && epi == EPI_RELU) e = EPI_CONT_RELU;
         else if (last && epi == EPI_MASK) e = EPI_CONT_MASK, eb = E, ldeb = lde;
-        gemm_nn_any(rows, N, (last ? K : k0 + kb) - k0, A + k0, lda, B + (long)k0 * ldb, ldb, C, ldc, eb, ldeb, e);
+        const int kn = (last ? K : k0 + kb) - k0;
+        if (kn <= WIDE_K_BLOCK)
+            gemm_nn_any_panels(rows, N, kn, A + k0, lda, B + (long)k0 * ldb, ldb, C, ldc, eb, ldeb, e, panel);
+        else /* a whole EPI_FOLD reduction deeper than the panel */
+            gemm_nn_any(rows, N, kn, A + k0, lda, B + (long)k0 * ldb, ldb, C, ldc, eb, ldeb, e);
     }
 }
-NOT_INLINED void gemm_tn_wide(int M, int N, int P, const float *A, int lda, const float *B, int ldb, float *C,
-                              int ldc, enum tn_mode mode) {
-    gemm_tn_epi(M, N, P, A, lda, B, ldb, C, ldc, tn_epi(mode), 1);
-}
-/* Two segments of a pass into the same gradient, the second folded in (one thread, a pass holding two chunks):
- * gemm_tn_fold2_epi, C streamed once. mode0: the first segment's. */
+/* Weight gradients: one segment, or two into the same gradient with the second folded in (one thread, a pass
+ * holding two chunks; C streamed once), through gemm_tn_strips' copies in `scratch` (the participant's,
+ * sized in session.c). mode0: the first segment's. */
 NOT_INLINED void gemm_tn_fold2_wide(int M, int N, int P0, const float *A0, const float *B0, int P1, const float *A1,
-                                    const float *B1, int lda, int ldb, float *C, int ldc, enum tn_mode mode0) {
-    const int m = M - M % FOLD2_MR; /* the rest: the two plain calls */
-    gemm_tn_fold2_epi(m, N, P0, A0, B0, P1, A1, B1, lda, ldb, C, ldc, tn_epi(mode0));
-    if (m == M) return;
-    gemm_tn_wide(M - m, N, P0, A0 + m, lda, B0, ldb, C + (long)m * ldc, ldc, mode0);
-    gemm_tn_wide(M - m, N, P1, A1 + m, lda, B1, ldb, C + (long)m * ldc, ldc, TN_FOLD);
+                                    const float *B1, int lda, int ldb, float *C, int ldc, enum tn_mode mode0,
+                                    float *scratch) {
+    const long strips = (long)round_up(M, FOLD2_MR);
+    struct tn_wide_segment seg[2] = {{P0, A0, B0, tn_epi(mode0), scratch, scratch + strips * (P0 + P1)},
+                                     {P1, A1, B1, EPI_FOLD, scratch + strips * P0, 0}};
+    seg[1].panel = seg[0].panel + (long)NC_MAX * VW * P0;
+    gemm_tn_strips(M, N, A1 ? 2 : 1, seg, lda, ldb, C, ldc);
 }
-#define NN(rows, N, K, A, lda, B, ldb, pk, C, ldc, E, lde, epi) gemm_nn_wide(rows, N, K, A, lda, B, ldb, C, ldc, E, lde, epi)
-#define TN gemm_tn_wide
-#define TN_FOLD2 gemm_tn_fold2_wide
+NOT_INLINED void gemm_tn_wide(int M, int N, int P, const float *A, int lda, const float *B, int ldb, float *C,
+                              int ldc, enum tn_mode mode, float *scratch) {
+    gemm_tn_fold2_wide(M, N, P, A, B, 0, NULL, NULL, lda, ldb, C, ldc, mode, scratch);
+}
+#define NN(rows, N, K, A, lda, B, ldb, pk, C, ldc, E, lde, epi) \
+    gemm_nn_wide(rows, N, K, A, lda, B, ldb, C, ldc, E, lde, epi, v->scratch)
+#define TN(M, N, P, A, lda, B, ldb, C, ldc, mode) gemm_tn_wide(M, N, P, A, lda, B, ldb, C, ldc, mode, v->scratch)
+#define TN_FOLD2(...) gemm_tn_fold2_wide(__VA_ARGS__, v->scratch)
 #endif
 #define NN_ANY NN
 #elif defined(EMG_BF16)
