@@ -139,6 +139,24 @@ AI void gemm_nn_bf16(int rows, const int N, const int K, const float *A, const i
                           lde, epi);
 }
 
+/* gemm_nn_bf16 for a run-time N, each panel of B read through a contiguous copy in `panel` (K2 rows of
+ * NC_MAX * 16 pairs), as gemm.h's gemm_nn_any_panels: at N = 1024 rows of pairs are 4 KB apart and share a few
+ * L1 sets. The run-time-width step's forward and input-gradient GEMMs; the same bits as gemm_nn_bf16. */
+AI void gemm_nn_bf16_panels(int rows, const int N, const int K, const float *A, const int lda, const uint32_t *B,
+                            const int ldb, float *C, const int ldc, const float *E, const int lde, const int epi,
+                            uint16_t *scratch, uint32_t *panel) {
+    const int Kp = round_up(K, BF_ALIGN_K);
+    rows_to_bf16(A, lda, rows, Kp, scratch);
+    const uint32_t *Ap = (const uint32_t *)scratch;
+    for (int j0 = 0; j0 < N; j0 += NC_MAX * VW) {
+        const int w = N - j0 < NC_MAX * VW ? N - j0 : NC_MAX * VW;
+        copy_panel(Kp / 2, w, (const float *)(B + j0), ldb, (float *)panel); /* moves the pairs' bits */
+        const float *e = E ? E + j0 : 0;
+        if (w == NC_MAX * VW) gemm_nn_bf16_panel(rows, NC_MAX, Kp / 2, Ap, panel, w, C + j0, ldc, e, lde, epi);
+        else gemm_nn_bf16_rest(rows, w / VW, Kp / 2, Ap, panel, w, C + j0, ldc, e, lde, epi);
+    }
+}
+
 /* Columns [0, nc * 16) of a packed weight gradient over all M rows (M may be a run-time count). */
 AI void gemm_tn_bf16_panel(const int M, const int nc, const int P2, const uint32_t *Ap, const int Mp,
                            const uint32_t *Bp, const int N, float *C, const int ldc, const int epi) {

@@ -61,8 +61,10 @@ static size_t acts_layout(const struct emg_session *s, struct emg_acts *a, float
     TAKE(a->scratch, scratch);
 #ifdef EMG_BF16 /* sizes in floats: two bf16 per float */
     const size_t widest = 4 * d > (size_t)s->logit_ld ? 4 * d : (size_t)s->logit_ld;
-    /* two rows more: a pass's two segments packed one after the other, each rounded up to even (gemm_bf16.h) */
-    TAKE(a->bf_a, (R + 2) * widest / 2); TAKE(a->bf_b, (R + 2) * 2 * d);
+    /* two rows more: a pass's two segments packed one after the other, each rounded up to even (gemm_bf16.h);
+     * bf_b also holds the run-time-width step's panel copies: a reduction of at most max(4D, VP) rows in pairs */
+    const size_t panel = widest / 2 * NC_MAX * VW;
+    TAKE(a->bf_a, (R + 2) * widest / 2); TAKE(a->bf_b, (R + 2) * 2 * d > panel ? (R + 2) * 2 * d : panel);
 #endif
     return off;
 }

@@ -48,7 +48,7 @@ struct emg_acts {
 #ifdef EMG_BF16
     /* bf16 GEMM operands, rounded just before use (gemm_bf16.h) */
     float *bf_a;    // (R, max(4D, VP)) bf16
-    float *bf_b;    // (R, 4D) bf16
+    float *bf_b;    // (R, 4D) bf16; at least max(4D, VP) / 2 x 64 pairs (gemm_nn_bf16_panels)
 #endif
     void *arena;    /* one allocation holding all of the above */
 };

@@ -95,16 +95,18 @@ extern const struct emg_x86_kernel emg_x86_wide_kernel;
 /* A run-time width: every GEMM is one out-of-line copy with run-time N and epilogue (panels of NC_MAX
  * vectors), instead of tiles inlined and shaped per call site. */
 #ifdef EMG_BF16
+/* Forward and input-gradient GEMMs read B's panels through copies in the participant's bfb (free outside the
+ * weight gradients). */
 NOT_INLINED void gemm_nn_wide(int rows, int N, int K, const float *A, int lda, const void *pk, int ldb, float *C,
-                              int ldc, const float *E, int lde, int epi, uint16_t *bfa) {
-    gemm_nn_bf16(rows, N, K, A, lda, (const uint32_t *)pk, ldb, C, ldc, E, lde, epi, bfa, 1);
+                              int ldc, const float *E, int lde, int epi, uint16_t *bfa, uint16_t *bfb) {
+    gemm_nn_bf16_panels(rows, N, K, A, lda, (const uint32_t *)pk, ldb, C, ldc, E, lde, epi, bfa, (uint32_t *)bfb);
 }
 NOT_INLINED void gemm_tn_wide(int M, int N, int P, const float *A, int lda, const float *B, int ldb, float *C,
                               int ldc, enum tn_mode mode, uint16_t *bfa, uint16_t *bfb) {
     gemm_tn_bf16_epi(M, N, P, A, lda, B, ldb, C, ldc, tn_epi(mode), bfa, bfb, 1);
 }
 #define NN(rows, N, K, A, lda, B, ldb, pk, C, ldc, E, lde, epi) \
-    gemm_nn_wide(rows, N, K, A, lda, pk, ldb, C, ldc, E, lde, epi, bfa)
+    gemm_nn_wide(rows, N, K, A, lda, pk, ldb, C, ldc, E, lde, epi, bfa, v->bfb)
 #define TN(M, N, P, A, lda, B, ldb, C, ldc, acc) gemm_tn_wide(M, N, P, A, lda, B, ldb, C, ldc, acc, bfa, bfb)
 /* Two segments of a pass into the same gradient, the second folded in: C streamed once (as the fp32 build's
  * gemm_tn_fold2_wide below). */
