@@ -219,8 +219,9 @@ def test_peak_hook_per_precision() -> None:
     assert fp32 is not None and 1.0 < fp32 < 10_000.0
     bf16 = eemicrogpt_peak_gflops("bf16", 0.05)
     if probe("avx512_bf16").available:
-        # Two multiply-adds per fp32 lane per instruction: AVX512-BF16 cores issue VDPBF16PS at least half as
-        # often as FMA, so its rate is at least the FMA rate (Zen 4: twice; a loose factor 2 below for noise).
-        assert bf16 is not None and bf16 > 0.5 * fp32
+        # Two multiply-adds per fp32 lane per instruction. Measured bf16 / fp32: 2.0 on Zen 4 and Zen 5 (one
+        # VDPBF16PS per FMA issued), 0.49-0.53 on an Intel Xeon (it issues at a quarter of the FMA rate).
+        # The band takes both with a margin: a count doubled on Zen (4.0) or halved on the Xeon (0.25) fails.
+        assert bf16 is not None and 0.35 * fp32 < bf16 < 3.0 * fp32
     else:
         assert bf16 is None
