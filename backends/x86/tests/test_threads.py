@@ -32,8 +32,8 @@ def test_threaded_gradients_match_float64(lib_path: str, threads: int, shape: Mo
     """Batch 1 and 5 run as one chunk, 16 as two (so 7 threads leave 5 participants without a chunk; one
     thread folds the second chunk's weight gradients into the first's), 256 as four with several hundred rows
     each; 3 layers at context 64 give every chunk several blocks. d272 runs the run-time-width step, whose one
-    thread folds the second chunk in tile by tile (gemm_tn_fold2_epi) and whose two threads run that pass
-    together."""
+    thread folds the second chunk in tile by tile (gemm_tn_strips, gemm_tn_bf16_fold2_epi) and whose two
+    threads run that pass together."""
     ref = clear_inputs(shape, batch)
     session = _session(lib_path, shape, threads, ref.params)
     loss, grads = session.loss_and_grads(ref.tokens, ref.lengths)
