@@ -11,7 +11,7 @@ from eemicrogpt_backend_numpy.session import NumpySession
 
 from eemicrogpt_core.backends.backend import BackendSpec, ProbeResult, TrainState
 from eemicrogpt_core.backends.hookspec import hookimpl
-from eemicrogpt_core.kit.conformance import REQUIRE_ENV, BackendConformance, relative_errors
+from eemicrogpt_core.kit.conformance import REQUIRE_ENV, TRAINING_CHECKS, BackendConformance, relative_errors
 from eemicrogpt_core.model.optim import DEFAULT_OPTIMIZER, OptimizerSettings
 from eemicrogpt_core.model.shape import ModelShape
 
@@ -372,3 +372,36 @@ def test_subclass_collects_per_size_and_honours_declared_skips(pytester: pytest.
     ids = pytester.runpytest_inprocess("-q", "--collect-only").stdout.str()
     assert "test_gradients_match_reference[d24]" in ids and "test_rejects_bad_input[lr_nan]" in ids
     assert "test_matrix_gradients_match_reference[d16h4L2V6C5]" in ids and "V256" not in ids
+
+
+def test_training_d_models_narrow_only_the_multi_step_checks(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        from eemicrogpt_core.kit.conformance import BackendConformance
+
+        class TestNarrow(BackendConformance):
+            backend_name = "numpy_ref"
+            d_models = (16, 24)
+            training_d_models = (16,)
+        """
+    )
+    ids = pytester.runpytest_inprocess("-q", "--collect-only").stdout.str()
+    for check in TRAINING_CHECKS:
+        assert f"{check}[d16" in ids and f"{check}[d24" not in ids, check
+    assert "test_gradients_match_reference[d24]" in ids and "test_optimizer_step_matches_reference[d24-clip]" in ids
+
+
+def test_training_d_models_must_be_among_d_models(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        from eemicrogpt_core.kit.conformance import BackendConformance
+
+        class TestBad(BackendConformance):
+            backend_name = "numpy_ref"
+            d_models = (16,)
+            training_d_models = (32,)
+        """
+    )
+    result = pytester.runpytest_inprocess("-q", "--collect-only")
+    assert result.ret != 0
+    result.stdout.fnmatch_lines(["*TestBad.training_d_models [[]32[]] are not in d_models*"])

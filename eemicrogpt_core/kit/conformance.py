@@ -10,7 +10,8 @@
 The backend is obtained through the registry exactly as users get it (`load_registry`, `open_session`, the
 validated session) and checked against numpy_ref (package eemicrogpt-backend-numpy, required) on seeded
 batches of real names (`names_file()`: found as the program finds it, else a one-line failure). Every size,
-step count and tolerance is a class attribute so that slow environments (QEMU emulation) can shrink the work.
+step count and tolerance is a class attribute so that slow environments (QEMU emulation) can shrink the work
+(`training_d_models` keeps the multi-step checks to some of the widths).
 
 The checks, per d_model in `d_models` (n_heads from `heads_for`; one layer, the names' 27 tokens, context 16):
   loss and per-tensor gradients vs numpy_ref float64 (RMS and max relative error, printed); one Adam step
@@ -219,6 +220,13 @@ DEFAULT_OPTIMIZER_CASES: dict[str, OptimizerSettings] = {
     "decay": OptimizerSettings(weight_decay=2.0),
     "moments": OptimizerSettings(beta1=0.9, beta2=0.95, eps=1e-4),
 }
+# The per-width checks that train many steps: what BackendConformance.training_d_models narrows.
+TRAINING_CHECKS = frozenset({
+    "test_loss_trajectory_matches_reference",
+    "test_optimizer_training_follows_reference",
+    "test_determinism",
+    "test_chunked_calls_match_one_call",
+})
 # Each case must move the reference's trajectory windows by this many times the bound they are judged with (the same
 # steps with the default optimiser, from the same state), so a backend that ignored the setting would fail there.
 # (One update moves a parameter by lr at most, so the one-step check asks less: see its test.)
@@ -363,6 +371,9 @@ class BackendConformance:
     dtype: ClassVar[str] = "float32"  # the session dtype to open
     precision: ClassVar[str] = "fp32"  # compute precision: picks DEFAULT_TOLERANCES
     d_models: ClassVar[tuple[int, ...]] = (16, 32, 64, 128)
+    # The widths the multi-step checks train at (TRAINING_CHECKS: trajectories, determinism, chunked calls);
+    # None means d_models. Under emulation a backend keeps its widest width to the single-step checks.
+    training_d_models: ClassVar[tuple[int, ...] | None] = None
     batch: ClassVar[int] = 16
     seed: ClassVar[int] = 1234
     param_scale: ClassVar[float] = 1.5  # scales init params for the gradient checks: peakier softmaxes
@@ -410,7 +421,13 @@ class BackendConformance:
     # -- plumbing --
     def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> None:
         if "d_model" in metafunc.fixturenames:
-            metafunc.parametrize("d_model", self.d_models, ids=[f"d{d}" for d in self.d_models])
+            widths = self.d_models
+            if metafunc.function.__name__ in TRAINING_CHECKS and self.training_d_models is not None:
+                unknown = set(self.training_d_models) - set(self.d_models)
+                if unknown:
+                    raise TypeError(f"{type(self).__name__}.training_d_models {sorted(unknown)} are not in d_models")
+                widths = self.training_d_models
+            metafunc.parametrize("d_model", widths, ids=[f"d{d}" for d in widths])
         if "optimizer_case" in metafunc.fixturenames:
             metafunc.parametrize("optimizer_case", list(self.optimizer_cases))
         if "matrix_shape" in metafunc.fixturenames:
