@@ -34,6 +34,9 @@ class TestSme2F16wConformance(BackendConformance):
     backend_name = "sme2_f16w"
     precision = "fp16"
     d_models = (64, 128)
+    # The multi-step checks at d64 only: d128's training is sme2_f32's step code, trained at d128 by its suite
+    # (these took 6 of the lane's core-minutes at d128 on an Intel Xeon host); d128 keeps the one-step checks.
+    training_d_models = (64,)
     grad_rel_rms_tol: ClassVar[float | None] = 0.03
     grad_rel_max_tol: ClassVar[float | None] = 0.12
     trajectory_steps = 8
