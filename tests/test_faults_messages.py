@@ -220,7 +220,7 @@ def test_results_csv_keeps_a_swept_key_apart_from_the_outcome_of_that_name(swept
     if swept == "steps":
         assert all(r["steps"] == r["actual_steps"] for r in rows)  # each ran the steps it was given
     else:
-        assert {r["actual_backend"] for r in rows} - {""} <= {"numpy_ref", "avx512", "avx2", "avx512_bf16"}
+        assert {r["actual_backend"] for r in rows} - {""} <= {"numpy_ref", "avx512", "avx2", "avx512_bf16", "amx_bf16"}
 
 
 # ------------------------------------------------------------------------------------ 10. misleading messages

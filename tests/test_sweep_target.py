@@ -21,7 +21,7 @@ from eemicrogpt_core.training.rundir import RunDir
 
 CLI = [sys.executable, "-c", "from eemicrogpt_core.interface.cli import app; app()"]
 # Every reduced-precision backend off, whatever this machine has: bf16 runs then have no backend anywhere.
-REDUCED = "avx512_bf16,sme2_f16,sme2_f16w"
+REDUCED = "avx512_bf16,amx_bf16,sme2_f16,sme2_f16w"
 # d16 at lr 0.01 gets its train loss to 2.4 in a few hundred steps; at lr 0.0005 it is still far above it
 # after 600 (the loss falls about twenty times slower).
 TINY = {"d_model": 16, "backend": "auto", "eval_batches": 2, "log_every": 1000, "chunk_steps": 25,

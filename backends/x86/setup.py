@@ -1,9 +1,9 @@
 """Builds the x86 backend's plain C shared libraries (loaded with cffi, never imported).
 
-Three libraries, x86_64 only: the same kernel sources twice (AVX-512 and AVX2+FMA target flags) and a
-feature probe compiled without target flags. Elsewhere nothing is built and the probe explains why. What it
-shares with the repository (lockstep.py, the core's version, the ABI headers) is copied into `_build/` here by
-../share.py in a repository checkout; an sdist ships the copies.
+Five libraries, x86_64 only: the same kernel sources per variant (AVX-512, AVX2+FMA, AVX-512 with bf16 GEMMs
+on VDPBF16PS or on AMX tiles) and a feature probe compiled without target flags. Elsewhere nothing is built
+and the probe explains why. What it shares with the repository (lockstep.py, the core's version, the ABI
+headers) is copied into `_build/` here by ../share.py in a repository checkout; an sdist ships the copies.
 """
 
 from __future__ import annotations
@@ -35,7 +35,11 @@ VARIANTS = {
     "avx2": ["-mavx2", "-mfma"],
     # The same kernels with bf16 GEMMs (csrc/gemm_bf16.h: VDPBF16PS, fp32 accumulation and master weights).
     "avx512_bf16": ["-mavx512f", "-mavx512vl", "-mavx512bw", "-mavx512dq", "-mfma", "-mavx512bf16", "-DEMG_BF16"],
+    # bf16 GEMMs on AMX tiles (csrc/gemm_amx.h: TDPBF16PS), every width through the run-time-width step.
+    "amx_bf16": ["-mavx512f", "-mavx512vl", "-mavx512bw", "-mavx512dq", "-mfma", "-mavx512bf16", "-mamx-tile",
+                 "-mamx-bf16", "-DEMG_BF16", "-DEMG_AMX"],
 }
+OPTIONAL = {"avx512_bf16", "amx_bf16"}  # compilers without the flags (gcc < 10, < 11 for AMX) skip only these
 
 
 class BuildVariants(build_ext):
@@ -64,7 +68,7 @@ def extensions() -> list[Extension]:
             depends=[str(p) for p in (*(HERE / "csrc").glob("*.h"), *Path(INCLUDE).glob("*.h"))],
             extra_compile_args=COMMON + flags,
             libraries=["m", "pthread"],
-            optional=name == "avx512_bf16",  # compilers without -mavx512bf16 (gcc < 10) skip only this one
+            optional=name in OPTIONAL,
         )
         for name, flags in VARIANTS.items()
     ]

@@ -8,7 +8,9 @@
 /* Bits returned by emg_x86_cpu_features (the plugin's probe.py decodes them). */
 enum {
     F_AVX = 1 << 0, F_FMA = 1 << 1, F_AVX2 = 1 << 2, F_AVX512F = 1 << 3, F_AVX512VL = 1 << 4,
-    F_AVX512BW = 1 << 5, F_AVX512DQ = 1 << 6, F_OS_YMM = 1 << 7, F_OS_ZMM = 1 << 8, F_AVX512BF16 = 1 << 9
+    F_AVX512BW = 1 << 5, F_AVX512DQ = 1 << 6, F_OS_YMM = 1 << 7, F_OS_ZMM = 1 << 8, F_AVX512BF16 = 1 << 9,
+    F_AMX_BF16 = 1 << 10, /* AMX-TILE and AMX-BF16 */
+    F_OS_AMX = 1 << 11    /* the OS saves zmm and AMX tile state (XTILECFG, XTILEDATA) */
 };
 
 static uint64_t xgetbv0(void) {
@@ -28,6 +30,7 @@ __attribute__((visibility("default"))) int emg_x86_cpu_features(void) {
         const uint64_t xcr0 = xgetbv0();
         if ((xcr0 & 0x6) == 0x6) f |= F_OS_YMM;            /* SSE + AVX state */
         if ((xcr0 & 0xE6) == 0xE6) f |= F_OS_ZMM;          /* + opmask, ZMM_Hi256, Hi16_ZMM */
+        if ((xcr0 & 0x600E6) == 0x600E6) f |= F_OS_AMX;    /* + XTILECFG, XTILEDATA */
     }
     if (__get_cpuid_max(0, 0) >= 7) {
         __cpuid_count(7, 0, a, b, c, d);
@@ -36,6 +39,7 @@ __attribute__((visibility("default"))) int emg_x86_cpu_features(void) {
         if ((b >> 17) & 1) f |= F_AVX512DQ;
         if ((b >> 30) & 1) f |= F_AVX512BW;
         if ((b >> 31) & 1) f |= F_AVX512VL;
+        if (((d >> 22) & 1) && ((d >> 24) & 1)) f |= F_AMX_BF16;
         const unsigned subleaves = a; /* EAX of leaf 7 subleaf 0: the highest subleaf */
         if (subleaves >= 1) {
             __cpuid_count(7, 1, a, b, c, d);

@@ -5,6 +5,9 @@
 
 #include "attention.h"
 #include "gemm.h"
+#ifdef EMG_AMX
+#include "gemm_amx.h"
+#endif
 #include "session.h"
 #include "step.h"
 #include "threads.h"
@@ -63,8 +66,14 @@ static size_t acts_layout(const struct emg_session *s, struct emg_acts *a, float
     const size_t widest = 4 * d > (size_t)s->logit_ld ? 4 * d : (size_t)s->logit_ld;
     /* two rows more: a pass's two segments packed one after the other, each rounded up to even (gemm_bf16.h);
      * bf_b also holds the run-time-width step's panel copies: a reduction of at most max(4D, VP) rows in pairs */
+#ifdef EMG_AMX
+    /* gemm_amx.h pads rows, columns and reductions to its 32 x 32 blocks: at most 31 more of each */
+    const size_t panel = (widest + 32) / 2 * NC_MAX * VW, tn_b = (R + 32) * (widest + 32) / 2;
+    TAKE(a->bf_a, (R + 32) * (widest + 32) / 2); TAKE(a->bf_b, tn_b > panel ? tn_b : panel);
+#else
     const size_t panel = widest / 2 * NC_MAX * VW;
     TAKE(a->bf_a, (R + 2) * widest / 2); TAKE(a->bf_b, (R + 2) * 2 * d > panel ? (R + 2) * 2 * d : panel);
+#endif
 #endif
     return off;
 }
@@ -88,6 +97,9 @@ void emg_x86_acts_free(struct emg_acts *a) {
 
 static int init(struct emg_session *s) {
     const emg_shape *sh = &s->core.shape;
+#ifdef EMG_AMX
+    if (!amx_request()) return EMG_ERR_UNSUPPORTED; /* a kernel that does not hand out AMX state */
+#endif
     s->k = emg_x86_find_kernel(sh->d_model);
     s->logit_ld = round_up(sh->vocab, 16);
     s->att_lanes = att_lanes(sh->context);

@@ -53,7 +53,11 @@ EMG_DEFINE_STEP(256, pass_step_d256, sync_part_d256, attention_forward_seq_d256,
  * the narrowest, one that is no power of two, the seed's and the widest, and runs every other width through
  * step_wide.c's run-time-width step, the same step_impl.h source. Instrumented, the sixteen specialisations
  * took most of a half-hour build; the ones left out are unreferenced, so the compiler drops them unbuilt. */
-#ifdef EMG_X86_FEW_WIDTHS
+#if defined(EMG_AMX)
+/* amx_bf16: every width through the run-time-width step, whose GEMMs are tile products (gemm_amx.h): a tile
+ * is 16 x 16 outputs whatever the width, so a per-width copy has nothing to unroll. */
+#define KEEP(width) 0
+#elif defined(EMG_X86_FEW_WIDTHS)
 #define KEEP(width) ((width) == 16 || (width) == 48 || (width) == 64 || (width) == 256)
 #else
 #define KEEP(width) 1

@@ -24,7 +24,9 @@
 #include "emg_backend.h"
 #include "encoder.h"
 #include "gemm.h"
-#ifdef EMG_BF16
+#ifdef EMG_AMX
+#include "gemm_amx.h"
+#elif defined(EMG_BF16)
 #include "gemm_bf16.h"
 #endif
 #include "norm.h"
@@ -96,14 +98,23 @@ extern const struct emg_x86_kernel emg_x86_wide_kernel;
  * vectors), instead of tiles inlined and shaped per call site. */
 #ifdef EMG_BF16
 /* Forward and input-gradient GEMMs read B's panels through copies in the participant's bfb (free outside the
- * weight gradients). */
+ * weight gradients). amx_bf16 (EMG_AMX): tile products (gemm_amx.h) over the same packed operands, padded to
+ * the tiles in bfa and bfb. */
 NOT_INLINED void gemm_nn_wide(int rows, int N, int K, const float *A, int lda, const void *pk, int ldb, float *C,
                               int ldc, const float *E, int lde, int epi, uint16_t *bfa, uint16_t *bfb) {
+#ifdef EMG_AMX
+    gemm_nn_amx(rows, N, K, A, lda, (const uint32_t *)pk, ldb, C, ldc, E, lde, epi, bfa, (uint32_t *)bfb);
+#else
     gemm_nn_bf16_panels(rows, N, K, A, lda, (const uint32_t *)pk, ldb, C, ldc, E, lde, epi, bfa, (uint32_t *)bfb);
+#endif
 }
 NOT_INLINED void gemm_tn_wide(int M, int N, int P, const float *A, int lda, const float *B, int ldb, float *C,
                               int ldc, enum tn_mode mode, uint16_t *bfa, uint16_t *bfb) {
+#ifdef EMG_AMX
+    gemm_tn_amx(M, N, P, A, lda, B, ldb, C, ldc, tn_epi(mode), bfa, bfb);
+#else
     gemm_tn_bf16_epi(M, N, P, A, lda, B, ldb, C, ldc, tn_epi(mode), bfa, bfb, 1);
+#endif
 }
 #define NN(rows, N, K, A, lda, B, ldb, pk, C, ldc, E, lde, epi) \
     gemm_nn_wide(rows, N, K, A, lda, pk, ldb, C, ldc, E, lde, epi, bfa, v->bfb)
@@ -113,6 +124,11 @@ NOT_INLINED void gemm_tn_wide(int M, int N, int P, const float *A, int lda, cons
 NOT_INLINED void gemm_tn_fold2_wide(int M, int N, int P0, const float *A0, const float *B0, int P1, const float *A1,
                                     const float *B1, int lda, int ldb, float *C, int ldc, enum tn_mode mode0,
                                     uint16_t *bfa, uint16_t *bfb) {
+#ifdef EMG_AMX /* the tile GEMM streams C once per call at any width: the two calls */
+    gemm_tn_wide(M, N, P0, A0, lda, B0, ldb, C, ldc, mode0, bfa, bfb);
+    gemm_tn_wide(M, N, P1, A1, lda, B1, ldb, C, ldc, TN_FOLD, bfa, bfb);
+    return;
+#endif
     const int m = M - M % FOLD2_MR; /* the rest: the two plain calls */
     gemm_tn_bf16_fold2_epi(m, N, P0, A0, B0, P1, A1, B1, lda, ldb, C, ldc, tn_epi(mode0), bfa, bfb);
     if (m == M) return;

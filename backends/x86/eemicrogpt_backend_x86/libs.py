@@ -16,7 +16,8 @@ LIB_DIR_ENV = "EEMICROGPT_X86_LIB_DIR"
 
 _EXTRAS_CDEF = """
 double emg_x86_peak_gflops(double seconds);
-double emg_x86_bf16_peak_gflops(double seconds); /* the avx512_bf16 library only */
+double emg_x86_bf16_peak_gflops(double seconds); /* the bf16 libraries only */
+double emg_x86_amx_peak_gflops(double seconds); /* the amx_bf16 library only */
 void emg_x86_exp(const float *x, float *y, int n);
 int emg_x86_cpu_features(void);
 """
@@ -28,7 +29,7 @@ def library_dir() -> Path:
 
 
 def library_path(stem: str) -> Path | None:
-    """The library `_emg_<stem>` (avx512, avx2 or probe), or None when it was not built."""
+    """The library `_emg_<stem>` (a variant's name, or probe), or None when it was not built."""
     return find_library(library_dir(), f"_emg_{stem}")
 
 

@@ -1,4 +1,4 @@
-"""The eemicrogpt plugin: declares `avx512`, `avx2` and `avx512_bf16`, and measures the FP32 FMA and bf16
+"""The eemicrogpt plugin: declares `avx512`, `avx2`, `avx512_bf16` and `amx_bf16`, and measures the FP32 FMA and bf16
 dot-product peaks for benchmarks."""
 
 from __future__ import annotations
@@ -15,13 +15,19 @@ from .libs import extras, library_path
 from .probe import VARIANTS, probe
 
 # In words for `eemicrogpt backends`; the authority is the library's emg_supports (csrc/session.c).
-ENVELOPE = ("d_model 16-1024 in steps of 16 (compiled per width to 256), any heads with head_dim >= 4, 1-12 layers, "
-            "vocab 2-256, context 1-256")
+_WIDTH_PATHS = {"amx_bf16": "every width through one run-time-width step"}
+
+
+def envelope(name: str) -> str:
+    widths = _WIDTH_PATHS.get(name, "compiled per width to 256")
+    return (f"d_model 16-1024 in steps of 16 ({widths}), any heads with head_dim >= 4, 1-12 layers, vocab 2-256, "
+            "context 1-256")
 
 _DESCRIPTIONS = {
     "avx512": "native C, AVX-512 (16-float zmm register tiles)",
     "avx2": "native C, AVX2 + FMA (8-float ymm register tiles)",
     "avx512_bf16": "native C, AVX-512 with bf16 GEMMs (VDPBF16PS, fp32 accumulation, fp32 master weights)",
+    "amx_bf16": "native C, AVX-512 with bf16 GEMMs on AMX tiles (TDPBF16PS, fp32 accumulation, fp32 master weights)",
 }
 
 
@@ -60,7 +66,7 @@ def eemicrogpt_backends() -> Iterator[BackendSpec]:
             max_batch=MAX_NATIVE_BATCH,
             precision=VARIANTS[name].precision,
             extra={"distribution": "eemicrogpt-backend-x86", "isa": name},
-            envelope=ENVELOPE,
+            envelope=envelope(name),
             thread_independent=True,  # a batch's chunks depend on its size alone (csrc/threads.h)
             block_rows=BLOCK_ROWS,
         )
@@ -68,8 +74,8 @@ def eemicrogpt_backends() -> Iterator[BackendSpec]:
 
 @hookimpl
 def eemicrogpt_peak_gflops(precision: str, seconds: float) -> float | None:
-    """Single-thread peak of `precision`: FP32 FMA from the widest variant this CPU runs, or VDPBF16PS for
-    bf16 (None where the CPU lacks it)."""
+    """Single-thread peak of `precision`: FP32 FMA from the widest variant this CPU runs; for bf16 the AMX
+    tile unit's where amx_bf16 runs, else VDPBF16PS's (None where the CPU has neither)."""
     if seconds <= 0:
         raise ValueError(f"seconds must be positive, got {seconds}")
     if precision == "fp32":
@@ -77,6 +83,10 @@ def eemicrogpt_peak_gflops(precision: str, seconds: float) -> float | None:
         if widest is None:
             return None
         return float(extras(widest)[1].emg_x86_peak_gflops(float(seconds)))
-    if precision != "bf16" or not probe("avx512_bf16").available:
+    if precision != "bf16":
+        return None
+    if probe("amx_bf16").available:
+        return float(extras("amx_bf16")[1].emg_x86_amx_peak_gflops(float(seconds)))
+    if not probe("avx512_bf16").available:
         return None
     return float(extras("avx512_bf16")[1].emg_x86_bf16_peak_gflops(float(seconds)))

@@ -30,10 +30,11 @@ declare -A flags=(
     [avx512]="-mavx512f -mavx512vl -mavx512bw -mavx512dq -mfma"
     [avx512_bf16]="-mavx512f -mavx512vl -mavx512bw -mavx512dq -mfma -mavx512bf16 -DEMG_BF16"
     [avx2]="-mavx2 -mfma"
+    [amx_bf16]="-mavx512f -mavx512vl -mavx512bw -mavx512dq -mfma -mavx512bf16 -mamx-tile -mamx-bf16 -DEMG_BF16 -DEMG_AMX"
 )
 echo "building sanitized libraries in $out"
 builds=()
-for variant in avx512 avx512_bf16 avx2; do
+for variant in avx512 avx512_bf16 avx2 amx_bf16; do
     lacks=$("$python" -c 'import sys; from eemicrogpt_backend_x86.probe import cpu_lacks
 print(cpu_lacks(sys.argv[1]) or "")' "$variant")
     if [ -n "$lacks" ]; then

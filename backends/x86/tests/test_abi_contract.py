@@ -1,4 +1,4 @@
-"""The shared native ABI contract (eemicrogpt_core.kit.abi_contract) on the three x86 libraries, on one thread
+"""The shared native ABI contract (eemicrogpt_core.kit.abi_contract) on the four x86 libraries, on one thread
 and on the threaded path (the fused train_step hook), where every shared check and non-finite rule must hold."""
 
 from __future__ import annotations
@@ -31,6 +31,13 @@ class TestAvx512Bf16Abi(NativeAbiContract):
         return library_path("avx512_bf16")
 
 
+class TestAmxBf16Abi(NativeAbiContract):
+    backend_name = "amx_bf16"
+
+    def library_path(self) -> Path | None:
+        return library_path("amx_bf16")
+
+
 class TestAvx512ThreadedAbi(TestAvx512Abi):
     threads = 3  # more than this machine's cores: uneven chunks, one of them possibly empty
 
@@ -40,4 +47,8 @@ class TestAvx2ThreadedAbi(TestAvx2Abi):
 
 
 class TestAvx512Bf16ThreadedAbi(TestAvx512Bf16Abi):
+    threads = 2
+
+
+class TestAmxBf16ThreadedAbi(TestAmxBf16Abi):
     threads = 2

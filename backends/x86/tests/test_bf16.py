@@ -1,6 +1,7 @@
-"""avx512_bf16 (bf16 GEMM operands, fp32 accumulation, fp32 master weights and Adam): the kernel against a
-float64 model that rounds the same GEMM operands to bf16, the conformance kit at bf16's bounds against exact
-float64, 500 training steps tracking fp32 avx512, and the threaded path.
+"""avx512_bf16 and amx_bf16 (bf16 GEMM operands, fp32 accumulation, fp32 master weights and Adam; VDPBF16PS
+register tiles or AMX tiles): each against a float64 model that rounds the same GEMM operands to bf16, the
+conformance kit at bf16's bounds against exact float64, 500 training steps tracking fp32 avx512, and the
+threaded path.
 
 Measured on AMD EPYC Zen 4, batch 16, params x1.5, names (the kit's recipe), 40 input seeds per size:
 - against the bf16-rounding model (test below): worst per-tensor relative RMS error 2.0e-4 / 4.3e-4 / 1.7e-3
@@ -55,15 +56,25 @@ class TestAvx512Bf16Conformance(BackendConformance):
     grad_rel_max_tol: ClassVar[float | None] = 3.5e-1
 
 
-@pytest.fixture
-def bf16_and_fp32(monkeypatch: pytest.MonkeyPatch) -> tuple[str, str]:
-    """Paths of the bf16 and fp32 AVX-512 libraries; skipped with the probe's reason where the CPU lacks them."""
+class TestAmxBf16Conformance(TestAvx512Bf16Conformance):
+    """The same operands rounded the same way, summed by the tile unit: the same bounds hold."""
+
+    backend_name = "amx_bf16"
+
+
+BF16_LIBRARIES = ("avx512_bf16", "amx_bf16")
+
+
+@pytest.fixture(params=BF16_LIBRARIES)
+def bf16_and_fp32(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> tuple[str, str]:
+    """Paths of a bf16 library and the fp32 AVX-512 one; skipped with the probe's reason where the CPU lacks
+    them."""
     monkeypatch.delenv("EEMICROGPT_X86_DISABLE", raising=False)
-    for name in ("avx512_bf16", "avx512"):
+    for name in (request.param, "avx512"):
         result = probe(name)
         if not result.available:
             pytest.skip(result.reason)
-    return str(library_path("avx512_bf16")), str(library_path("avx512"))
+    return str(library_path(request.param)), str(library_path("avx512"))
 
 
 def to_bf16(x: np.ndarray) -> np.ndarray:
@@ -165,3 +176,21 @@ def test_threaded_bf16_matches_one_thread(bf16_and_fp32: tuple[str, str], thread
         grads.append(session.loss_and_grads(tokens[0], lengths[0])[1])
         session.close()
     assert rel_rms(grads[1], grads[0]) < 1e-5
+
+
+@pytest.mark.parametrize(("shape", "batch"), [(ModelShape(64, 8), 40), (ModelShape(384, 6, 2, 65, 64), 16)])
+def test_thread_counts_train_the_same_bits(bf16_and_fp32: tuple[str, str], shape: ModelShape, batch: int) -> None:
+    """Five steps on 1, 2 and 3 threads end in the same state to the bit (the chunks depend on the batch alone).
+    d384 runs the run-time-width step: at batch 16 two threads share each pass, split by columns."""
+    tokens, lengths = synthetic_batches(shape, 5, batch, 2)
+    lrs = np.full(5, 1e-2, np.float32)
+    runs = []
+    for threads in (1, 2, 3):
+        session = NativeSession(bf16_and_fp32[0], shape, batch)
+        session.set_state(TrainState.fresh(init_params(shape, 4)))
+        session.set_threads(threads)
+        runs.append((session.train_steps(tokens, lengths, lrs), session.get_state()))
+        session.close()
+    for losses, state in runs[1:]:
+        np.testing.assert_array_equal(losses, runs[0][0])
+        np.testing.assert_array_equal(state.params, runs[0][1].params)

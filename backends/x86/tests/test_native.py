@@ -213,12 +213,17 @@ def test_peak_hook_rejects_bad_seconds() -> None:
 
 
 def test_peak_hook_per_precision() -> None:
-    """fp32 is the FMA peak; bf16 is VDPBF16PS's, measured only where the CPU has it; fp16 is not measured."""
+    """fp32 is the FMA peak; bf16 is the AMX tile unit's where amx_bf16 runs, else VDPBF16PS's, measured only
+    where the CPU has it; fp16 is not measured."""
     assert eemicrogpt_peak_gflops("fp16", 0.05) is None
     fp32 = eemicrogpt_peak_gflops("fp32", 0.05)
     assert fp32 is not None and 1.0 < fp32 < 10_000.0
     bf16 = eemicrogpt_peak_gflops("bf16", 0.05)
-    if probe("avx512_bf16").available:
+    if probe("amx_bf16").available:
+        # 16 x 16 x 32 multiply-adds per TDPBF16PS, one per 16 cycles: 16x two 512-bit FMAs per cycle. Measured
+        # 16.7x on an Intel Xeon with AMX. Half or double the count (8x, 33x) fails.
+        assert bf16 is not None and 10.0 * fp32 < bf16 < 24.0 * fp32
+    elif probe("avx512_bf16").available:
         # Two multiply-adds per fp32 lane per instruction. Measured bf16 / fp32: 2.0 on Zen 4 and Zen 5 (one
         # VDPBF16PS per FMA issued), 0.49-0.53 on an Intel Xeon (it issues at a quarter of the FMA rate).
         # The band takes both with a margin: a count doubled on Zen (4.0) or halved on the Xeon (0.25) fails.

@@ -103,13 +103,12 @@ def test_a_library_of_another_abi_version_is_refused_in_one_line(monkeypatch: py
     assert "\n" not in str(refused.value)
 
 
-@pytest.mark.parametrize("name", ["avx512", "avx2", "avx512_bf16"])
+@pytest.mark.parametrize("name", ["avx512", "avx2", "avx512_bf16", "amx_bf16"])
 def test_specs_ask_the_library_for_shapes(name: str) -> None:
     _host_has(name)
     specs = {s.name: s for s in plugin.eemicrogpt_backends()}
-    assert set(specs) == {"avx512", "avx2", "avx512_bf16"}
     assert {name: spec.precision for name, spec in specs.items()} == {
-        "avx512": "fp32", "avx2": "fp32", "avx512_bf16": "bf16"}
+        "avx512": "fp32", "avx2": "fp32", "avx512_bf16": "bf16", "amx_bf16": "bf16"}
     for spec in (specs[name],):
         assert spec.d_models is None and spec.n_heads is None and spec.max_batch == 256
         unsupported = ModelShape(24, 6)  # a width that is not a multiple of 16
@@ -140,9 +139,13 @@ def test_bf16_is_picked_by_auto_only_when_asked_and_masks_by_name(monkeypatch: p
     registry = load_registry()
     entry = registry.get("avx512_bf16")
     assert entry is not None and entry.available and entry.spec is not None and entry.spec.precision == "bf16"
+    bf16_first = "amx_bf16" if probe("amx_bf16").available else "avx512_bf16"
     for d in (16, 32, 64, 128):
         assert registry.auto_choice(ModelShape(d, 4), 16).name == "avx512"
-        assert registry.auto_choice(ModelShape(d, 4), 16, precision="bf16").name == "avx512_bf16"
+        assert registry.auto_choice(ModelShape(d, 4), 16, precision="bf16").name == bf16_first
+    monkeypatch.setenv(DISABLE_ENV, "amx_bf16")
+    assert probe("amx_bf16").reason == "amx_bf16: CPU lacks AMX_BF16 (masked by EEMICROGPT_X86_DISABLE)"
+    assert load_registry().auto_choice(ModelShape(64, 4), 16, precision="bf16").name == "avx512_bf16"
     monkeypatch.setenv(DISABLE_ENV, "avx512_bf16")
     assert probe("avx512_bf16").reason == "avx512_bf16: CPU lacks AVX512BF16 (masked by EEMICROGPT_X86_DISABLE)"
     assert probe("avx512").available
