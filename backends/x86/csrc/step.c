@@ -82,8 +82,8 @@ _Static_assert(16 * (sizeof kernels / sizeof kernels[0] + 1) == STEP_WIDE_MIN,
 const struct emg_x86_kernel *emg_x86_find_kernel(int d_model) {
     const int i = d_model / 16 - 1;
     if (d_model % 16 != 0 || i < 0 || d_model > EMG_MAX_D_MODEL) return NULL;
-    return i < (int)(sizeof kernels / sizeof kernels[0]) && kernels[i].pass_step != NULL ? &kernels[i]
-                                                                                        : &emg_x86_wide_kernel;
+    if (i < (int)(sizeof kernels / sizeof kernels[0]) && kernels[i].pass_step != NULL) return &kernels[i];
+    return d_model < SHARED_PASS_MIN ? &emg_x86_wide_kernel_unshared : &emg_x86_wide_kernel;
 }
 
 void emg_x86_sync_transposed(struct emg_session *s) { emg_pool_run(emg_x86_pool(s), s->k->sync_part, s); }

@@ -88,7 +88,8 @@ struct emg_x86_kernel {
 
 /* step_wide.c's step: widths above the compiled ones, multiples of 16 up to EMG_MAX_D_MODEL. */
 #define STEP_WIDE_MIN 272
-extern const struct emg_x86_kernel emg_x86_wide_kernel;
+extern const struct emg_x86_kernel emg_x86_wide_kernel, emg_x86_wide_kernel_unshared;
+#define SHARED_PASS_MIN 256 /* narrower widths take emg_x86_wide_kernel_unshared (step_wide.c says why) */
 
 /* The GEMM calls name both operand forms: fp32 B (row-major, ldb) and B packed into bf16 pairs (pk, rows of ldb
  * pairs); the avx512_bf16 build (EMG_BF16) uses the packed form and the participant's bf16 scratch rows (bfa, bfb).

@@ -27,3 +27,8 @@ static void sync_part_wide(void *ctx, int tid, int n) {
 }
 
 const struct emg_x86_kernel emg_x86_wide_kernel = {0, pass_step_wide, sync_part_wide, HAVE_TN_FOLD2};
+/* Below SHARED_PASS_MIN (widths a library runs here without a specialisation: amx_bf16's, the sanitized build's)
+ * two threads run a chunk each, as the specialisations do: a shared pass's barriers cost more than its split
+ * saves. amx_bf16, two threads, batch 16, Intel Xeon, shared / unshared: 59 / 27 us at d16, 101 / 54 at d32,
+ * 173 / 102 at d64, 381 / 323 at d128, 1327 / 1414 at d256 (benchmarks/native_ab.py, wall clock, 7 rounds). */
+const struct emg_x86_kernel emg_x86_wide_kernel_unshared = {0, pass_step_wide, sync_part_wide, 0};
