@@ -185,25 +185,48 @@ AI void amx_pack_panels(const float *B, const int ldb, const int P, const int N,
     }
 }
 
-/* A weight gradient: C[M][N] epi= sum_{p < P} A[p][m] B[p][n] (EPI_NONE writes, EPI_ADD / EPI_FOLD add the
- * sum to C), N a multiple of 16. scratch_a holds A^T's pairs (round_up(M, 32) x round_up(P, 32) bf16),
- * scratch_b B's panels (round_up(P, 32) x N bf16). */
-AI void gemm_tn_amx(const int M, const int N, const int P, const float *A, const int lda, const float *B,
-                    const int ldb, float *C, const int ldc, const int epi, uint16_t *scratch_a, uint16_t *scratch_b) {
-    const int Pq = round_up(P, AMX_K), Mq = round_up(M, AMX_BLOCK);
-    float blk[AMX_BLOCK * AMX_BLOCK] __attribute__((aligned(64)));
-    uint32_t *At = (uint32_t *)scratch_a, *Bq = (uint32_t *)scratch_b;
-    amx_pack_t(A, lda, P, M, Pq, Mq, At);
+/* One segment of a weight gradient: rows of A and B packed for the tiles (amx_pack_t, amx_pack_panels). */
+struct tn_amx_segment {
+    int Pq;
+    const uint32_t *At, *Bq;
+};
+
+/* Pack segment rows [0, P) of A (M columns) and B (N columns) at At and Bq; returns the segment. */
+AI struct tn_amx_segment amx_pack_segment(const int M, const int N, const int P, const float *A, const int lda,
+                                          const float *B, const int ldb, uint32_t *At, uint32_t *Bq) {
+    const int Pq = round_up(P, AMX_K);
+    amx_pack_t(A, lda, P, M, Pq, round_up(M, AMX_BLOCK), At);
     amx_pack_panels(B, ldb, P, N, Pq, Bq);
+    return (struct tn_amx_segment){Pq, At, Bq};
+}
+
+/* A weight gradient over one or two segments of rows (n_seg): C[M][N] epi0= the first segment's
+ * sum_p A[p][m] B[p][n] (EPI_NONE writes, EPI_ADD / EPI_FOLD add it to C), then the second's sum folded in
+ * (EPI_FOLD), in one pass over C: each block of C takes both segments' tile products before it is stored, the
+ * same floats as two calls. N a multiple of 16. scratch_a holds A^T's pairs (round_up(M, 32) x round_up(P, 32)
+ * bf16 per segment), scratch_b B's panels (round_up(P, 32) x N bf16 per segment). */
+AI void gemm_tn_amx(const int M, const int N, const int n_seg, const int P0, const float *A0, const float *B0,
+                    const int P1, const float *A1, const float *B1, const int lda, const int ldb, float *C,
+                    const int ldc, const int epi0, uint16_t *scratch_a, uint16_t *scratch_b) {
+    const int Mq = round_up(M, AMX_BLOCK);
+    float blk[2][AMX_BLOCK * AMX_BLOCK] __attribute__((aligned(64)));
+    uint32_t *at = (uint32_t *)scratch_a, *bq = (uint32_t *)scratch_b;
+    struct tn_amx_segment seg[2];
+    seg[0] = amx_pack_segment(M, N, P0, A0, lda, B0, ldb, at, bq);
+    if (n_seg == 2) /* packed after the first */
+        seg[1] = amx_pack_segment(M, N, P1, A1, lda, B1, ldb, at + (long)Mq * (seg[0].Pq / 2),
+                                  bq + (long)N * (seg[0].Pq / 2));
     amx_begin();
     for (int j0 = 0; j0 < N; j0 += AMX_BLOCK) {
         const int nb = N - j0 >= AMX_BLOCK ? 2 : 1;
         for (int i0 = 0; i0 < Mq; i0 += AMX_BLOCK) {
             const int r = M - i0 < AMX_BLOCK ? M - i0 : AMX_BLOCK;
-            amx_block(Pq / AMX_K, (const uint16_t *)(At + (long)i0 * (Pq / 2)), 2L * Pq, Bq + (long)j0 * (Pq / 2),
-                      64L * nb, blk, nb);
+            for (int q = 0; q < n_seg; q++)
+                amx_block(seg[q].Pq / AMX_K, (const uint16_t *)(seg[q].At + (long)i0 * (seg[q].Pq / 2)),
+                          2L * seg[q].Pq, seg[q].Bq + (long)j0 * (seg[q].Pq / 2), 64L * nb, blk[q], nb);
             float *c = C + (long)i0 * ldc + j0;
-            amx_finish(blk, r, nb, c, ldc, c, ldc, epi);
+            amx_finish(blk[0], r, nb, c, ldc, c, ldc, epi0);
+            if (n_seg == 2) amx_finish(blk[1], r, nb, c, ldc, c, ldc, EPI_FOLD);
         }
     }
     amx_end();

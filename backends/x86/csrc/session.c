@@ -67,9 +67,10 @@ static size_t acts_layout(const struct emg_session *s, struct emg_acts *a, float
     /* two rows more: a pass's two segments packed one after the other, each rounded up to even (gemm_bf16.h);
      * bf_b also holds the run-time-width step's panel copies: a reduction of at most max(4D, VP) rows in pairs */
 #ifdef EMG_AMX
-    /* gemm_amx.h pads rows, columns and reductions to its 32 x 32 blocks: at most 31 more of each */
-    const size_t panel = (widest + 32) / 2 * NC_MAX * VW, tn_b = (R + 32) * (widest + 32) / 2;
-    TAKE(a->bf_a, (R + 32) * (widest + 32) / 2); TAKE(a->bf_b, tn_b > panel ? tn_b : panel);
+    /* gemm_amx.h pads rows, columns and reductions to its 32 x 32 blocks: at most 31 more of each, twice over
+     * the rows for a weight gradient's two segments */
+    const size_t panel = (widest + 32) / 2 * NC_MAX * VW, tn_b = (R + 64) * (widest + 32) / 2;
+    TAKE(a->bf_a, (R + 64) * (widest + 32) / 2); TAKE(a->bf_b, tn_b > panel ? tn_b : panel);
 #else
     const size_t panel = widest / 2 * NC_MAX * VW;
     TAKE(a->bf_a, (R + 2) * widest / 2); TAKE(a->bf_b, (R + 2) * 2 * d > panel ? (R + 2) * 2 * d : panel);

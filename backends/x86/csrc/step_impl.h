@@ -112,7 +112,7 @@ NOT_INLINED void gemm_nn_wide(int rows, int N, int K, const float *A, int lda, c
 NOT_INLINED void gemm_tn_wide(int M, int N, int P, const float *A, int lda, const float *B, int ldb, float *C,
                               int ldc, enum tn_mode mode, uint16_t *bfa, uint16_t *bfb) {
 #ifdef EMG_AMX
-    gemm_tn_amx(M, N, P, A, lda, B, ldb, C, ldc, tn_epi(mode), bfa, bfb);
+    gemm_tn_amx(M, N, 1, P, A, B, 0, NULL, NULL, lda, ldb, C, ldc, tn_epi(mode), bfa, bfb);
 #else
     gemm_tn_bf16_epi(M, N, P, A, lda, B, ldb, C, ldc, tn_epi(mode), bfa, bfb, 1);
 #endif
@@ -125,9 +125,8 @@ NOT_INLINED void gemm_tn_wide(int M, int N, int P, const float *A, int lda, cons
 NOT_INLINED void gemm_tn_fold2_wide(int M, int N, int P0, const float *A0, const float *B0, int P1, const float *A1,
                                     const float *B1, int lda, int ldb, float *C, int ldc, enum tn_mode mode0,
                                     uint16_t *bfa, uint16_t *bfb) {
-#ifdef EMG_AMX /* the tile GEMM streams C once per call at any width: the two calls */
-    gemm_tn_wide(M, N, P0, A0, lda, B0, ldb, C, ldc, mode0, bfa, bfb);
-    gemm_tn_wide(M, N, P1, A1, lda, B1, ldb, C, ldc, TN_FOLD, bfa, bfb);
+#ifdef EMG_AMX /* every block of C takes both segments' tiles */
+    gemm_tn_amx(M, N, 2, P0, A0, B0, P1, A1, B1, lda, ldb, C, ldc, tn_epi(mode0), bfa, bfb);
     return;
 #endif
     const int m = M - M % FOLD2_MR; /* the rest: the two plain calls */
