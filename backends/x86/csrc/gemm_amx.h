@@ -145,9 +145,6 @@ AI void gemm_nn_amx(const int rows, const int N, const int K, const float *A, co
  * does and transposed in 16 x 16 blocks of 32-bit lanes. */
 AI void amx_pack_t(const float *A, const int lda, const int P, const int M, const int Pq, const int Mq,
                    uint32_t *dst) {
-    static const uint16_t order[32] = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23,
-                                       8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
-    const __m512i interleave = _mm512_loadu_si512(order);
     for (int m0 = 0; m0 < Mq; m0 += 16) {
         const __mmask16 live = M - m0 >= 16 ? 0xFFFF : M - m0 > 0 ? (__mmask16)((1u << (M - m0)) - 1) : 0;
         for (int kk0 = 0; kk0 < Pq / 2; kk0 += 16) {
@@ -157,7 +154,7 @@ AI void amx_pack_t(const float *A, const int lda, const int P, const int M, cons
                 const __m512 r0 = p < P ? _mm512_maskz_loadu_ps(live, A + (long)p * lda + m0) : _mm512_setzero_ps();
                 const __m512 r1 =
                     p + 1 < P ? _mm512_maskz_loadu_ps(live, A + (long)(p + 1) * lda + m0) : _mm512_setzero_ps();
-                r[e] = (__m512)_mm512_permutexvar_epi16(interleave, (__m512i)_mm512_cvtne2ps_pbh(r1, r0));
+                r[e] = (__m512)pair_lanes(r0, r1);
             }
             v_transpose(r);
             for (int i = 0; i < 16; i++) _mm512_storeu_ps((float *)(dst + (long)(m0 + i) * (Pq / 2) + kk0), r[i]);
@@ -166,23 +163,10 @@ AI void amx_pack_t(const float *A, const int lda, const int P, const int M, cons
 }
 
 /* B's pair rows in panels of 32 columns (the last one 16 when N is an odd number of 16s): the panel at column
- * n0 starts at dst + n0 * Pq / 2 and holds Pq / 2 rows of its width; rows >= P are zero. */
+ * n0 is pack_pairs' form of its columns at dst + n0 * Pq / 2, Pq / 2 rows; rows >= P are zero. */
 AI void amx_pack_panels(const float *B, const int ldb, const int P, const int N, const int Pq, uint32_t *dst) {
-    static const uint16_t order[32] = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23,
-                                       8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
-    const __m512i interleave = _mm512_loadu_si512(order);
-    for (int n0 = 0; n0 < N; n0 += AMX_BLOCK) {
-        const int w = N - n0 >= AMX_BLOCK ? AMX_BLOCK : 16;
-        uint32_t *pan = dst + (long)n0 * (Pq / 2);
-        for (int kk = 0; kk < Pq / 2; kk++)
-            for (int j = 0; j < w; j += 16) {
-                const int p = 2 * kk;
-                const __m512 r0 = p < P ? _mm512_loadu_ps(B + (long)p * ldb + n0 + j) : _mm512_setzero_ps();
-                const __m512 r1 = p + 1 < P ? _mm512_loadu_ps(B + (long)(p + 1) * ldb + n0 + j) : _mm512_setzero_ps();
-                _mm512_storeu_si512(pan + (long)kk * w + j,
-                                    _mm512_permutexvar_epi16(interleave, (__m512i)_mm512_cvtne2ps_pbh(r1, r0)));
-            }
-    }
+    for (int n0 = 0; n0 < N; n0 += AMX_BLOCK)
+        pack_pairs(B + n0, ldb, P, N - n0 >= AMX_BLOCK ? AMX_BLOCK : 16, dst + (long)n0 * (Pq / 2), 0, Pq / 2);
 }
 
 /* One segment of a weight gradient: rows of A and B packed for the tiles (amx_pack_t, amx_pack_panels). */

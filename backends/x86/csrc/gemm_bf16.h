@@ -20,19 +20,23 @@
 
 #define BF_ALIGN_K 16 /* reductions are padded with zero rows to a multiple of this */
 
+/* Lane j: the pair (bf16(r0[j]), bf16(r1[j])) as 32 bits, r0's value in the low half. */
+AI __m512i pair_lanes(const __m512 r0, const __m512 r1) {
+    static const uint16_t order[32] = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23,
+                                       8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+    const __m512i both = (__m512i)_mm512_cvtne2ps_pbh(r1, r0); /* lanes 0-15: r0, 16-31: r1 */
+    return _mm512_permutexvar_epi16(_mm512_loadu_si512(order), both);
+}
+
 /* dst[k/2][n][k % 2] = bf16(src[k * ld + n]) for pair rows kk_lo <= k/2 < kk_hi (rows k >= K are zero), n < N
  * (a multiple of 16): dst is [Kp/2][N] 32-bit pairs for an even Kp >= K, whose pair rows are packed in ranges. */
 AI void pack_pairs(const float *src, int ld, int K, int N, uint32_t *dst, int kk_lo, int kk_hi) {
-    static const uint16_t order[32] = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23,
-                                       8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
-    const __m512i interleave = _mm512_loadu_si512(order);
     for (int kk = kk_lo; kk < kk_hi; kk++)
         for (int n0 = 0; n0 < N; n0 += 16) {
             const int k = 2 * kk;
             const __m512 r0 = k < K ? _mm512_loadu_ps(src + (long)k * ld + n0) : _mm512_setzero_ps();
             const __m512 r1 = k + 1 < K ? _mm512_loadu_ps(src + (long)(k + 1) * ld + n0) : _mm512_setzero_ps();
-            const __m512i both = (__m512i)_mm512_cvtne2ps_pbh(r1, r0); /* lanes 0-15: r0, 16-31: r1 */
-            _mm512_storeu_si512(dst + (long)kk * N + n0, _mm512_permutexvar_epi16(interleave, both));
+            _mm512_storeu_si512(dst + (long)kk * N + n0, pair_lanes(r0, r1));
         }
 }
 
