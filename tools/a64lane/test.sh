@@ -1,8 +1,9 @@
 #!/bin/bash
 # Stage 6: for each backends/<dir>/a64lane.conf, under each QEMU_CPU it lists (one "pass"): the registry
 # check, the backend's pytest suite and its end-to-end train command, all in the emulated aarch64 CPython.
-# Passes run concurrently, A64_JOBS at a time (default: the number of CPUs); each pass's output is
-# collected in a log and printed whole, in conf order, once it is done.
+# Passes run concurrently, A64_JOBS at a time (default: the number of CPUs), the costliest first (a pass's
+# cost= option: its measured seconds; none counts 0), so no long pass starts last while the other job idles;
+# each pass's output is collected in a log and printed whole, in conf order, once it is done.
 set -euo pipefail
 # shellcheck source=tools/a64lane/lib.sh
 source "$(dirname "$0")/lib.sh"
@@ -54,6 +55,7 @@ run_pass() { # run_pass ID DIR CPU OPTS: one emulated CPU of one backend; non-ze
       tests=yes | tests=no) tests=${opt#tests=} ;;
       select=*) select=${opt#select=} ;;
       train=yes | train=no) train=${opt#train=} ;;
+      cost=*) [[ ${opt#cost=} =~ ^[0-9]+$ ]] || { echo "   FAILED: $dir/a64lane.conf: cost must be whole seconds, got '$opt'"; return 1; } ;;
       *) echo "   FAILED: $dir/a64lane.conf: unknown option '$opt' on 'cpu $cpu'"; return 1 ;;
     esac
   done
@@ -86,8 +88,14 @@ for dir in $(lane_backends); do
 done
 ((${#passes[@]})) || die "no a64lane.conf lists a cpu"
 
-echo "${#passes[@]} passes, $JOBS at a time"
-for i in "${!passes[@]}"; do
+# Pass indices by falling cost (stable: conf order among equals).
+mapfile -t order < <(for i in "${!passes[@]}"; do
+  cost=$(grep -o 'cost=[0-9]*' <<<"${passes[$i]}" | head -n1 | cut -d= -f2)
+  echo "${cost:-0} $i"
+done | sort -s -k1,1nr | cut -d' ' -f2)
+
+echo "${#passes[@]} passes, $JOBS at a time, the costliest first"
+for i in "${order[@]}"; do
   while (($(jobs -rp | wc -l) >= JOBS)); do wait -n || true; done
   IFS=$'\t' read -r dir cpu opts <<<"${passes[$i]}"
   (
