@@ -17,6 +17,10 @@ with the default optimiser, which is what version 3's default step computes.
     python benchmarks/native_ab.py base/_emg_avx512.so new/_emg_avx512.so --sizes 16 64 --batches 16 256
     python benchmarks/native_ab.py new/_emg_avx512.so new/_emg_avx512_bf16.so --sizes 64 128 --peak 116.9
     python benchmarks/native_ab.py new/_emg_avx512.so --sizes 64 128 --n-layers 2 --context 32
+    python benchmarks/native_ab.py base/_emg_avx512.so new/_emg_avx512.so --shape recipe full --rounds 5
+
+`--shape` (recipe, full or d_model,heads,layers,vocab,context,batch, as `eemicrogpt bench --shape`) times
+whole shapes on random full-length windows, as text training feeds a step, instead of --sizes x --batches.
     python benchmarks/native_ab.py new/_emg_avx512.so new/_emg_avx512.so --smoke   # seconds: proves it runs
 """
 
@@ -38,7 +42,7 @@ from eemicrogpt_core.data.names import BatchSampler, Dataset, encode, read_names
 from eemicrogpt_core.model.optim import lr_schedule
 from eemicrogpt_core.model.shape import DEFAULT_CONTEXT, NAMES_VOCAB, ModelShape, init_params
 from eemicrogpt_core.model.vocab import Vocabulary
-from eemicrogpt_core.tools.bench import BENCH_STREAM, Form, step_flops, synthetic_data
+from eemicrogpt_core.tools.bench import BENCH_STREAM, Form, full_windows, parse_shape, step_flops, synthetic_data
 
 V1_SEQ = 16  # tokens per row in ABI version 1
 # ABI version 1's functions as its header declared them (only those this script calls).
@@ -182,6 +186,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--clock", choices=("cpu", "wall"), default="cpu")
     parser.add_argument("--peak", type=float, default=None, help="FP32 GFLOP/s for the %% of peak column")
     parser.add_argument("--names", default=os.environ.get("EEMICROGPT_DATA", "../shared/data/names.txt"))
+    parser.add_argument("--shape", nargs="+", default=None,
+                        help="recipe, full or d_model,heads,layers,vocab,context,batch on full-length windows "
+                             "(instead of --sizes and --batches)")
     parser.add_argument("--smoke", action="store_true",
                         help="a tiny run that proves the script works (d16, batch 4, 2 short rounds); its timings "
                              "mean nothing")
@@ -189,30 +196,38 @@ def main(argv: list[str] | None = None) -> None:
     if args.smoke:
         args.sizes, args.batches, args.rounds, args.target_s = [16], [4], 2, 0.001
     v1_rows = any(abi_version(lib) == 1 for lib in args.libs)
-    if v1_rows and (args.n_layers, args.vocab, args.context) != (1, NAMES_VOCAB, DEFAULT_CONTEXT):
+    if v1_rows and (args.shape or (args.n_layers, args.vocab, args.context) != (1, NAMES_VOCAB, DEFAULT_CONTEXT)):
         parser.error("an ABI version 1 library runs one layer, vocabulary 27 and context 16 only")
-    form = Form(args.n_layers, args.vocab, args.context)
-    if form.uses_names:
-        data = encode(read_names(args.names).names, Vocabulary.names(), args.context)[0]
-    else:
-        data = synthetic_data(form)
+    try:
+        cells = [parse_shape(spec) for spec in args.shape or ()]
+    except ValueError as e:
+        parser.error(str(e))
     print(f"clock: {args.clock}; load average before: {os.getloadavg()[0]:.2f}")
-    print(f"shape: {form.shape(args.sizes[0]).describe()}" + (" (rows cut to 16 tokens: an ABI 1 library)"
-                                                               if v1_rows else ""))
-    print("d_model batch | " + " | ".join(f"{Path(lib).parent.name}/{Path(lib).stem}" for lib in args.libs))
+    windows = bool(cells)
+    if not windows:
+        form = Form(args.n_layers, args.vocab, args.context)
+        if form.uses_names:
+            data = encode(read_names(args.names).names, Vocabulary.names(), args.context)[0]
+        else:
+            data = synthetic_data(form)
+        print(f"shape: {form.shape(args.sizes[0]).describe()}" + (" (rows cut to 16 tokens: an ABI 1 library)"
+                                                                   if v1_rows else ""))
+        cells = [(f"d{d:<3} b{batch:<4}", form.shape(d), batch) for d in args.sizes for batch in args.batches]
+    print("cell | " + " | ".join(f"{Path(lib).parent.name}/{Path(lib).stem}" for lib in args.libs))
     clock = time.process_time if args.clock == "cpu" else time.perf_counter
-    for d in args.sizes:
-        for batch in args.batches:
-            results = run_cell(args.libs, form.shape(d), batch, data, args.rounds, args.target_s, args.threads,
-                               clock, v1_rows)
-            base = results[0][0]
-            cells = []
-            for times, flops in results:
-                us = statistics.median(times)
-                ratio = statistics.median(b / t for b, t in zip(base, times, strict=True))
-                pct = f" {100 * flops / (us * 1e3) / args.peak:.1f}%" if args.peak else ""
-                cells.append(f"{us:8.1f} us ({us / batch:6.2f}/sample){pct} x{ratio:.3f}")
-            print(f"d{d:<3} b{batch:<4} | " + " | ".join(cells), flush=True)
+    for label, shape, batch in cells:
+        if windows:
+            data = full_windows(shape)
+            print(f"{label}: {shape.describe()}, batch {batch}, full-length windows")
+        results = run_cell(args.libs, shape, batch, data, args.rounds, args.target_s, args.threads, clock, v1_rows)
+        base = results[0][0]
+        out = []
+        for times, flops in results:
+            us = statistics.median(times)
+            ratio = statistics.median(b / t for b, t in zip(base, times, strict=True))
+            pct = f" {100 * flops / (us * 1e3) / args.peak:.1f}%" if args.peak else ""
+            out.append(f"{us:8.1f} us ({us / batch:6.2f}/sample){pct} x{ratio:.3f}")
+        print(f"{label} | " + " | ".join(out), flush=True)
     print(f"load average after: {os.getloadavg()[0]:.2f}")
 
 

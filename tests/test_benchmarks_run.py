@@ -99,6 +99,17 @@ def test_native_ab_compares_two_libraries(x86_library: str) -> None:
     assert "x1.000" in rows[0]  # the first library against itself
 
 
+def test_native_ab_times_named_shapes_on_full_windows(x86_library: str) -> None:
+    out = run("benchmarks/native_ab.py", x86_library, "--shape", "16,2,2,40,24,3", "--rounds", "1",
+              "--target-s", "0.001")
+    assert "d16h2L2V40C24: d16, 2 heads, 2 layers, vocab 40, context 24, batch 3, full-length windows" in out
+    rows = [line for line in out.splitlines() if line.startswith("d16h2L2V40C24 |")]
+    assert len(rows) == 1 and rows[0].count(" us (") == 1, out
+    done = subprocess.run([sys.executable, str(REPO / "benchmarks/native_ab.py"), x86_library, "--shape", "huge"],
+                          cwd=REPO, capture_output=True, text=True, timeout=TIMEOUT_S)
+    assert done.returncode == 2 and "shape 'huge'" in done.stderr.splitlines()[-1], done.stderr
+
+
 def test_shape_scaling_prints_its_four_cells_and_ratios(x86_library: str) -> None:
     out = run("benchmarks/shape_scaling.py", x86_library, "--smoke")
     for cell in ("L1 C32", "L2 C32", "L1 C16", "L1 C64"):
