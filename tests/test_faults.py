@@ -43,7 +43,13 @@ from eemicrogpt_core.model.vocab import Vocabulary
 from eemicrogpt_core.training import checkpoint
 from eemicrogpt_core.training.checkpoint import load_checkpoint
 from eemicrogpt_core.training.config import TrainConfig, load_config
-from eemicrogpt_core.training.limits import check_memory, describe_estimate, estimated_bytes
+from eemicrogpt_core.training.limits import (
+    WHOLE_BATCH,
+    activation_bytes,
+    check_memory,
+    describe_estimate,
+    estimated_bytes,
+)
 from eemicrogpt_core.training.rundir import RunDir
 from eemicrogpt_core.training.trainer import NullReporter, train
 
@@ -564,6 +570,14 @@ def test_a_backend_that_runs_blocks_is_estimated_by_its_blocks() -> None:
     small = dataclasses.replace(big, batch=1)
     assert estimated_bytes(small, 65, block_rows=240) == estimated_bytes(small, 65)
     assert estimated_bytes(big, 65, block_rows=8) == estimated_bytes(big, 65, block_rows=257)
+    # A backend whose blocks may grow to block_bytes (x86 above d256) is counted with the larger of a block's
+    # rows and those bytes, per thread and twice over, never more than the whole batch: 8,000 bytes a position
+    # here (4,000 twice over).
+    run = TrainConfig(batch=64, threads=2)
+    assert activation_bytes(run, 257, 1000, 240) == 2 * 257 * 8000
+    assert activation_bytes(run, 257, 1000, 240, block_bytes=10**7) == 2 * 2 * 10**7
+    assert activation_bytes(run, 257, 1000, 240, block_bytes=10**9) == 64 * 257 * 8000
+    assert activation_bytes(run, 257, 1000, WHOLE_BATCH, block_bytes=10**7) == 64 * 257 * 8000
 
 
 @pytest.mark.parametrize(

@@ -131,6 +131,9 @@ class BackendSpec:
     # block (a block grows to one whole sequence when the context is longer); None: it keeps every position of
     # the batch, as numpy_ref does. Only the memory estimate reads it (training/limits.py).
     block_rows: int | None = None
+    # Bytes of activations up to which one thread's block may hold more than block_rows positions (x86: its
+    # widest models' blocks); 0: never. Only the memory estimate reads it.
+    block_bytes: int = 0
 
     def unsupported_reason(self, shape: ModelShape, batch: int, dtype: str = "float32") -> str | None:
         """None when this backend can run the shape, otherwise a sentence saying why not."""

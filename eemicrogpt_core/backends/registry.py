@@ -75,6 +75,11 @@ class BackendEntry:
         """BackendSpec.block_rows, for the memory estimate (None: the whole batch, or no spec)."""
         return self.spec.block_rows if self.spec is not None else None
 
+    @property
+    def block_bytes(self) -> int:
+        """BackendSpec.block_bytes, for the memory estimate (0: blocks of block_rows only, or no spec)."""
+        return self.spec.block_bytes if self.spec is not None else 0
+
     def _probed(self) -> BackendEntry:
         if self.prober is not None:
             self.prober([self])

@@ -26,7 +26,7 @@ def describe_run(info: RunInfo) -> str:
            else "")
         + (f", {info.n_dropped} lines dropped" if info.n_dropped else ""),
         f"vocabulary {info.vocab.describe()}",
-        describe_estimate(cfg, info.vocab.size, block_rows=be.block_rows),
+        describe_estimate(cfg, info.vocab.size, block_rows=be.block_rows, block_bytes=be.block_bytes),
     ]
     changes = cfg.optimizer_changes()
     if changes:

@@ -95,7 +95,7 @@ def plan_fresh(registry: BackendRegistry, cfg: TrainConfig, *, backend: str | No
     # The data decides the vocabulary, and with it the shape a backend must run.
     shape = cfg.model_shape(prepared.vocab.size)
     entry = registry.select(cfg.backend, shape, cfg.batch, cfg.dtype, cfg.precision)
-    check_memory(cfg, block_rows=entry.block_rows, vocab=prepared.vocab.size)
+    check_memory(cfg, block_rows=entry.block_rows, block_bytes=entry.block_bytes, vocab=prepared.vocab.size)
     check_optimizer(entry, shape, cfg)
     run = RunDir.create(cfg.out, cfg, out_option)
     return RunPlan(dataclasses.replace(cfg, out=str(run.path)), run, prepared)
@@ -147,7 +147,7 @@ def plan_resume(
         cfg = build_config([(changes_source, changes)], cfg)
     check_installed(cfg)
     entry = registry.select(cfg.backend, ckpt.shape, cfg.batch, cfg.dtype, cfg.precision)
-    check_memory(cfg, block_rows=entry.block_rows, vocab=ckpt.shape.vocab)
+    check_memory(cfg, block_rows=entry.block_rows, block_bytes=entry.block_bytes, vocab=ckpt.shape.vocab)
     check_optimizer(entry, ckpt.shape, cfg)  # the saved optimiser, on the backend this resume runs on
     chosen = entry.name
     prepared = prepare(cfg, ckpt.vocab)

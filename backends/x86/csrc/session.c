@@ -91,6 +91,19 @@ int emg_x86_acts_alloc(const struct emg_session *s, struct emg_acts *a) {
     return EMG_OK;
 }
 
+/* Live rows per block (session.h): one whole sequence at least, BLOCK_ROWS, and for the run-time-width step's
+ * widths up to WIDE_BLOCK_ROWS within WIDE_BLOCK_BYTES (in proportion to the activations WIDE_BLOCK_ROWS would take:
+ * they grow with the rows, plus a little that does not). */
+static int block_rows(const struct emg_session *s) {
+    const int one_seq = round_up(s->core.shape.context, ROW_PAD), base = one_seq > BLOCK_ROWS ? one_seq : BLOCK_ROWS;
+    if (s->core.shape.d_model < STEP_WIDE_MIN) return base;
+    struct emg_acts wide = {.rows = WIDE_BLOCK_ROWS};
+    const double bytes = (double)acts_layout(s, &wide, NULL) * sizeof(float);
+    int rows = (int)(WIDE_BLOCK_ROWS * (WIDE_BLOCK_BYTES / bytes)) / ROW_PAD * ROW_PAD;
+    if (rows > WIDE_BLOCK_ROWS) rows = WIDE_BLOCK_ROWS;
+    return rows > base ? rows : base;
+}
+
 void emg_x86_acts_free(struct emg_acts *a) {
     free(a->arena);
     a->arena = NULL;
@@ -105,8 +118,7 @@ static int init(struct emg_session *s) {
     s->logit_ld = round_up(sh->vocab, 16);
     s->att_lanes = att_lanes(sh->context);
     s->max_rows = round_up(s->core.max_batch * sh->context, ROW_PAD);
-    const int one_seq = round_up(sh->context, ROW_PAD);
-    s->block_rows = one_seq > BLOCK_ROWS ? one_seq : BLOCK_ROWS;
+    s->block_rows = block_rows(s);
     const size_t bytes = copies_layout(s, NULL) * sizeof(float);
     s->arena = aligned_alloc(64, bytes);
     if (s->arena == NULL) return EMG_ERR_NOMEM;

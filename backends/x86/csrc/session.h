@@ -19,6 +19,13 @@ struct emg_x86_kernel; /* step.c's */
 #define BLOCK_ROWS 240
 /* A block never splits a sequence: a context longer than BLOCK_ROWS (241..EMG_MAX_CONTEXT) gets blocks of one
  * whole sequence (emg_session.block_rows), so shorter contexts keep the measured BLOCK_ROWS. */
+/* Widths of the run-time-width step (STEP_WIDE_MIN and up) stream their weights (7 MB a layer at d384) from memory
+ * once per pass and their gradients in and out: blocks of up to WIDE_BLOCK_ROWS rows, as far as one
+ * participant's activations stay within about WIDE_BLOCK_BYTES, spread that over more rows: 1.06x at nanoGPT's
+ * full shape, 1.13x at d1024 context 16 on avx512 (backends/x86/README.md, "Wide blocks"). d1024 at 12 layers
+ * and context 256 (790 KB of activations a row) keeps one sequence a block. */
+#define WIDE_BLOCK_ROWS 960
+#define WIDE_BLOCK_BYTES (160L << 20)
 
 /* One participant's working memory for one block of packed rows: the activations of every layer (so the
  * backward pass runs the layers in reverse), the backward buffers every layer reuses, and attention's
@@ -63,7 +70,7 @@ struct emg_session {
     int logit_ld;  /* VP = round_up(vocab, 16): logit rows, the LM head's padded output width */
     int att_lanes; /* A = att_lanes(context): the widest attention lane row */
     int max_rows;  /* live rows of a full batch (the chunks are packed one after another) */
-    int block_rows; /* live rows per block: max(BLOCK_ROWS, context rounded up to ROW_PAD) */
+    int block_rows; /* live rows per block: max(BLOCK_ROWS, context rounded up to ROW_PAD), more when wide */
 #ifndef EMG_BF16
     /* Transposed weight copies for the forward GEMMs, [in][out]: */
     float *wqkv_t; // (L, D, 3D)

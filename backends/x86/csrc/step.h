@@ -11,6 +11,7 @@ struct emg_x86_kernel;
 /* The step for d_model (a multiple of 16 up to EMG_MAX_D_MODEL: compiled for 16..256, run-time width above),
  * or NULL. */
 const struct emg_x86_kernel *emg_x86_find_kernel(int d_model);
+#define STEP_WIDE_MIN 272 /* the narrowest width of the run-time-width step (step_wide.c) */
 
 /* The mean loss of an already validated batch; with want_grads its gradient in s->core.grads. */
 float emg_x86_loss_and_grad(struct emg_session *s, int batch, const uint8_t *tokens, const uint16_t *lengths,

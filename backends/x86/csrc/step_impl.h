@@ -32,6 +32,7 @@
 #include "norm.h"
 #include "pool.h"
 #include "session.h"
+#include "step.h"
 #include "threads.h"
 #include "transpose.h"
 #include "xent.h"
@@ -86,8 +87,7 @@ struct emg_x86_kernel {
     int shares_pass; /* two participants can run one pass together (emg_pass.parts) */
 };
 
-/* step_wide.c's step: widths above the compiled ones, multiples of 16 up to EMG_MAX_D_MODEL. */
-#define STEP_WIDE_MIN 272
+/* step_wide.c's step: widths from STEP_WIDE_MIN (step.h), multiples of 16 up to EMG_MAX_D_MODEL. */
 extern const struct emg_x86_kernel emg_x86_wide_kernel, emg_x86_wide_kernel_unshared;
 #define SHARED_PASS_MIN 256 /* narrower widths take emg_x86_wide_kernel_unshared (step_wide.c says why) */
 

@@ -51,6 +51,7 @@ def _probe(name: str):
 
 
 BLOCK_ROWS = 240  # csrc/session.h BLOCK_ROWS: each thread's activations cover one block of this many rows
+BLOCK_BYTES = 160 << 20  # csrc/session.h WIDE_BLOCK_BYTES: or more rows, up to about this many bytes (d > 256)
 
 
 @hookimpl
@@ -69,6 +70,7 @@ def eemicrogpt_backends() -> Iterator[BackendSpec]:
             envelope=envelope(name),
             thread_independent=True,  # a batch's chunks depend on its size alone (csrc/threads.h)
             block_rows=BLOCK_ROWS,
+            block_bytes=BLOCK_BYTES,
         )
 
 

@@ -152,8 +152,12 @@ def test_bf16_is_picked_by_auto_only_when_asked_and_masks_by_name(monkeypatch: p
 
 
 def test_specs_declare_the_block_rows_of_the_c_session() -> None:
-    """The memory estimate counts one block per thread by plugin.BLOCK_ROWS; it must be csrc/session.h's."""
-    header = Path(__file__).resolve().parents[1] / "csrc" / "session.h"
-    rows = re.search(r"^#define BLOCK_ROWS (\d+)", header.read_text(), re.M)
+    """The memory estimate counts one block per thread by plugin.BLOCK_ROWS and BLOCK_BYTES; they must be
+    csrc/session.h's."""
+    header = (Path(__file__).resolve().parents[1] / "csrc" / "session.h").read_text()
+    rows = re.search(r"^#define BLOCK_ROWS (\d+)", header, re.M)
     assert rows is not None and int(rows.group(1)) == plugin.BLOCK_ROWS
-    assert {spec.block_rows for spec in plugin.eemicrogpt_backends()} == {plugin.BLOCK_ROWS}
+    wide = re.search(r"^#define WIDE_BLOCK_BYTES \((\d+)L << (\d+)\)", header, re.M)
+    assert wide is not None and int(wide.group(1)) << int(wide.group(2)) == plugin.BLOCK_BYTES
+    specs = list(plugin.eemicrogpt_backends())
+    assert {(spec.block_rows, spec.block_bytes) for spec in specs} == {(plugin.BLOCK_ROWS, plugin.BLOCK_BYTES)}
