@@ -32,38 +32,41 @@ AI long attention_scratch(int D, int H, int LW) {
 #endif
 }
 
-/* out[i * LW] (VW lanes, i < n <= 4) = sum over rows r0 <= r < r1 of w[r * ldw + i] * rows[r * LW]: n
- * independent register accumulators, so no load-add-store chain through memory. */
+/* out[i * LW] (VW lanes, i < n <= 8) = sum over rows r0 <= r < r1 of w[r * ldw + i] * rows[r * LW]: n
+ * independent register accumulators, so no load-add-store chain through memory. Eight chains cover the FMA
+ * latency of two FMA units (four left one idle: backends/x86/README.md, "nanoGPT's shapes on an Intel Xeon"). */
 AI void accumulate_lanes(const int n, const float *w, int ldw, const float *rows, int LW, int r0, int r1, float *out) {
-    vf a0 = v_zero(), a1 = v_zero(), a2 = v_zero(), a3 = v_zero();
+    vf a[8];
+#pragma GCC unroll 8
+    for (int i = 0; i < n; i++) a[i] = v_zero();
     for (int r = r0; r < r1; r++) {
         const vf x = v_load(rows + r * LW);
         const float *wr = w + r * ldw;
-        a0 = v_fma(v_set1(wr[0]), x, a0);
-        if (n > 1) a1 = v_fma(v_set1(wr[1]), x, a1);
-        if (n > 2) a2 = v_fma(v_set1(wr[2]), x, a2);
-        if (n > 3) a3 = v_fma(v_set1(wr[3]), x, a3);
+#pragma GCC unroll 8
+        for (int i = 0; i < n; i++) a[i] = v_fma(v_set1(wr[i]), x, a[i]);
     }
-    v_store(out, a0);
-    if (n > 1) v_store(out + LW, a1);
-    if (n > 2) v_store(out + 2 * LW, a2);
-    if (n > 3) v_store(out + 3 * LW, a3);
+#pragma GCC unroll 8
+    for (int i = 0; i < n; i++) v_store(out + i * LW, a[i]);
 }
 
-/* accumulate_lanes for features j0..j0+n of a head, n = 1..3: the part of a head_dim that is not a multiple of
- * 4 (n may be a run-time count). */
+/* accumulate_lanes for features j0..j0+n of a head, n = 1..7: the part of a head_dim that is not a multiple of
+ * 8 (n may be a run-time count). */
 AI void accumulate_rest(const int n, const float *w, int ldw, const float *rows, int LW, int r0, int r1, float *out) {
     switch (n) {
     case 1: accumulate_lanes(1, w, ldw, rows, LW, r0, r1, out); break;
     case 2: accumulate_lanes(2, w, ldw, rows, LW, r0, r1, out); break;
     case 3: accumulate_lanes(3, w, ldw, rows, LW, r0, r1, out); break;
+    case 4: accumulate_lanes(4, w, ldw, rows, LW, r0, r1, out); break;
+    case 5: accumulate_lanes(5, w, ldw, rows, LW, r0, r1, out); break;
+    case 6: accumulate_lanes(6, w, ldw, rows, LW, r0, r1, out); break;
+    case 7: accumulate_lanes(7, w, ldw, rows, LW, r0, r1, out); break;
     }
 }
 
-/* out^T[j][lanes] = sum_r w[r][j] rows[r][lanes] for the HD features j of one head, four at a time. */
+/* out^T[j][lanes] = sum_r w[r][j] rows[r][lanes] for the HD features j of one head, eight at a time. */
 AI void accumulate_head(const int HD, const float *w, int ldw, const float *rows, int LW, int r0, int r1, float *out) {
     int j = 0;
-    for (; j + 4 <= HD; j += 4) accumulate_lanes(4, w + j, ldw, rows, LW, r0, r1, out + j * LW);
+    for (; j + 8 <= HD; j += 8) accumulate_lanes(8, w + j, ldw, rows, LW, r0, r1, out + j * LW);
     if (j < HD) accumulate_rest(HD - j, w + j, ldw, rows, LW, r0, r1, out + j * LW);
 }
 
@@ -182,17 +185,9 @@ AI void attention_backward(const int D, const int H, const float *qkv, const flo
         transpose_causal(att + h * L * LW, L, LW, p_r);
         transpose_causal(ds_t + h * L * LW, L, LW, ds_r);
         for (int c = 0; c < LW; c += VW) { /* keys u in lanes c..c+VW see the queries t >= c */
-            const float *q = qkv + h * HD, *dq = dout + h * HD;
-            float *dk = dkt + h * HD * LW + c, *dv = dvt + h * HD * LW + c;
-            int j = 0;
-            for (; j + 4 <= HD; j += 4) { /* lanes u: dk^T = sum_t q[t] dS[t], dv^T = sum_t dout[t] P[t] */
-                accumulate_lanes(4, q + j, QS, ds_r + c, LW, c, L, dk + j * LW);
-                accumulate_lanes(4, dq + j, D, p_r + c, LW, c, L, dv + j * LW);
-            }
-            if (j < HD) {
-                accumulate_rest(HD - j, q + j, QS, ds_r + c, LW, c, L, dk + j * LW);
-                accumulate_rest(HD - j, dq + j, D, p_r + c, LW, c, L, dv + j * LW);
-            }
+            /* lanes u: dk^T = sum_t q[t] dS[t], dv^T = sum_t dout[t] P[t] */
+            accumulate_head(HD, qkv + h * HD, QS, ds_r + c, LW, c, L, dkt + h * HD * LW + c);
+            accumulate_head(HD, dout + h * HD, D, p_r + c, LW, c, L, dvt + h * HD * LW + c);
         }
     }
     from_lanes(D, dqt, L, LW, dqkv, QS);
