@@ -67,7 +67,13 @@ if [ "$(uname -m)" = x86_64 ]; then
   x86_wheel=$(ls "$HOUSE"/eemicrogpt_backend_x86-*-linux_x86_64.whl 2>/dev/null) \
     || fail "eemicrogpt_backend_x86: expected a linux_x86_64 wheel"
   listing=$("$PY" -m zipfile -l "$x86_wheel")
-  for lib in _emg_avx512 _emg_avx2 _emg_probe; do
+  libs=(_emg_avx512 _emg_avx2 _emg_probe)
+  # The bf16 libraries are optional in setup.py (compilers without the flags skip them); a compiler that
+  # takes the flags must have built them.
+  cc=${CC:-gcc}
+  "$cc" -mavx512bf16 -E -x c /dev/null >/dev/null 2>&1 && libs+=(_emg_avx512_bf16)
+  "$cc" -mavx512bf16 -mamx-tile -mamx-bf16 -E -x c /dev/null >/dev/null 2>&1 && libs+=(_emg_amx_bf16)
+  for lib in "${libs[@]}"; do
     grep -q "eemicrogpt_backend_x86/$lib" <<<"$listing" || fail "$x86_wheel lacks $lib"
   done
 fi
