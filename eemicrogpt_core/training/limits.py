@@ -5,11 +5,10 @@ machine (d_model 1024 with batch 4096 and 10,000-step chunks). The estimate is d
 must guess: a backend that runs a batch block by block (BackendSpec.block_rows: x86 holds one block of rows
 per thread, grown up to BackendSpec.block_bytes of activations for its widest models) is counted with one
 block per thread, every thread the machine has unless `threads` is set; any other keeps every activation of
-the whole batch, as numpy_ref does. Before a backend is chosen, only what
-every backend needs at least (one sequence per thread) is checked. `train` prints the chosen backend's figure
-at the start. Measured: nanoGPT's full shape (d384, 6 layers, context 256, batch 64) on x86 (avx512) with 2
-threads peaked at 1,013 MiB resident (blocks of three sequences); the estimate says 1,137 MiB (10.7 GiB for
-the whole batch).
+the whole batch, as numpy_ref does. Before a backend is chosen, only what every backend needs at least (one
+sequence per thread) is checked. `train` prints the chosen backend's figure at the start. Measured:
+nanoGPT's full shape (d384, 6 layers, context 256, batch 64) on x86 (avx512) with 2 threads peaked at 1,013
+MiB resident (blocks of three sequences); the estimate says 1,137 MiB (10.7 GiB for the whole batch).
 """
 
 from __future__ import annotations
@@ -35,12 +34,12 @@ def activation_bytes(cfg: TrainConfig, seq: int, per_position: int, block_rows: 
     """Bytes of the activations a session keeps at once: the whole batch's, or one block per thread (of
     block_rows positions, or up to block_bytes), each counted twice over (generous: the forward values kept
     for the backward pass and the backward's own buffers)."""
-    per_row = 2 * per_position * value_bytes(cfg)
+    per_row = per_position * value_bytes(cfg)
     whole = cfg.batch * seq * per_row
     if block_rows is None:
-        return whole
+        return 2 * whole
     threads = cfg.threads or os.cpu_count() or 1
-    return min(whole, threads * 2 * max(max(block_rows, seq) * per_row // 2, block_bytes))
+    return 2 * min(whole, threads * max(max(block_rows, seq) * per_row, block_bytes))
 
 
 def estimated_bytes(cfg: TrainConfig, vocab: int = MAX_VOCAB, block_rows: int | None = WHOLE_BATCH,
