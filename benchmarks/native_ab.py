@@ -18,10 +18,10 @@ with the default optimiser, which is what version 3's default step computes.
     python benchmarks/native_ab.py new/_emg_avx512.so new/_emg_avx512_bf16.so --sizes 64 128 --peak 116.9
     python benchmarks/native_ab.py new/_emg_avx512.so --sizes 64 128 --n-layers 2 --context 32
     python benchmarks/native_ab.py base/_emg_avx512.so new/_emg_avx512.so --shape recipe full --rounds 5
+    python benchmarks/native_ab.py new/_emg_avx512.so new/_emg_avx512.so --smoke   # seconds: proves it runs
 
 `--shape` (recipe, full or d_model,heads,layers,vocab,context,batch, as `eemicrogpt bench --shape`) times
 whole shapes on random full-length windows, as text training feeds a step, instead of --sizes x --batches.
-    python benchmarks/native_ab.py new/_emg_avx512.so new/_emg_avx512.so --smoke   # seconds: proves it runs
 """
 
 from __future__ import annotations

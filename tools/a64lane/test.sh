@@ -55,7 +55,7 @@ run_pass() { # run_pass ID DIR CPU OPTS: one emulated CPU of one backend; non-ze
       tests=yes | tests=no) tests=${opt#tests=} ;;
       select=*) select=${opt#select=} ;;
       train=yes | train=no) train=${opt#train=} ;;
-      cost=*) [[ ${opt#cost=} =~ ^[0-9]+$ ]] || { echo "   FAILED: $dir/a64lane.conf: cost must be whole seconds, got '$opt'"; return 1; } ;;
+      cost=*) ;; # read (and checked) when the passes are collected
       *) echo "   FAILED: $dir/a64lane.conf: unknown option '$opt' on 'cpu $cpu'"; return 1 ;;
     esac
   done
@@ -79,20 +79,25 @@ run_pass() { # run_pass ID DIR CPU OPTS: one emulated CPU of one backend; non-ze
   return "$rc"
 }
 
-# Collect the passes: "<dir> <cpu> <options>" per cpu line of every conf.
-passes=()
+# Collect the passes: "<dir> <cpu> <options>" per cpu line of every conf, and each one's cost (0 without).
+passes=() costs=()
 for dir in $(lane_backends); do
   while read -r kind cpu opts; do
-    [[ "$kind" == cpu ]] && passes+=("$dir"$'\t'"$cpu"$'\t'"${opts:-}")
+    [[ "$kind" == cpu ]] || continue
+    cost=0
+    for opt in ${opts:-}; do
+      [[ "$opt" == cost=* ]] || continue
+      cost=${opt#cost=}
+      [[ "$cost" =~ ^[0-9]+$ ]] || die "$dir/a64lane.conf: cost must be whole seconds, got '$opt' on 'cpu $cpu'"
+    done
+    passes+=("$dir"$'\t'"$cpu"$'\t'"${opts:-}")
+    costs+=("$cost")
   done <"$dir/a64lane.conf"
 done
 ((${#passes[@]})) || die "no a64lane.conf lists a cpu"
 
 # Pass indices by falling cost (stable: conf order among equals).
-mapfile -t order < <(for i in "${!passes[@]}"; do
-  cost=$(grep -o 'cost=[0-9]*' <<<"${passes[$i]}" | head -n1 | cut -d= -f2)
-  echo "${cost:-0} $i"
-done | sort -s -k1,1nr | cut -d' ' -f2)
+mapfile -t order < <(for i in "${!passes[@]}"; do echo "${costs[$i]} $i"; done | sort -s -k1,1nr | cut -d' ' -f2)
 
 echo "${#passes[@]} passes, $JOBS at a time, the costliest first"
 for i in "${order[@]}"; do
