@@ -6,6 +6,7 @@ checkout)."""
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import subprocess
 import sys
@@ -19,6 +20,7 @@ import yaml
 from cli_errors import one_line_error
 from extras import import_extra
 from reporters import StopAt
+from rich.console import Console
 from typer.testing import CliRunner
 
 from eemicrogpt_core.backends.registry import BackendRegistry
@@ -29,6 +31,8 @@ from eemicrogpt_core.interface import cli
 from eemicrogpt_core.interface.api import load
 from eemicrogpt_core.training.checkpoint import load_checkpoint
 from eemicrogpt_core.training.config import TrainConfig, load_config
+from eemicrogpt_core.training.evaluation import evaluate_file
+from eemicrogpt_core.training.progress import batch_progress
 from eemicrogpt_core.training.rundir import RunDir
 from eemicrogpt_core.training.trainer import prepare_data, train
 
@@ -229,6 +233,29 @@ def test_eval_of_a_list_run_counts_every_name(tmp_path: Path, names_file: Path) 
     assert result.exit_code == 0, result.output
     predictions = sum(min(len(n) + 1, 8) for n in names)  # each name's characters and its end, up to the context
     assert f"over {predictions:,} predictions (37 names" in result.stdout
+
+
+def test_eval_reports_each_batch_and_draws_a_bar_only_on_a_terminal(registry: BackendRegistry, text_cfg: TrainConfig,
+                                                                    tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    data = text_cfg.data or ""
+    assert run("train", "--text", "--data", data, "--out", str(out), *TINY).exit_code == 0
+    ckpt = load_checkpoint(out / "checkpoint.npz")
+    calls: list[tuple[int, int]] = []
+    got = evaluate_file(registry, ckpt, data, "numpy_ref", lambda done, total: calls.append((done, total)))
+    windows = -(-(got.items - 1) // ckpt.config.context)  # consecutive windows covering every prediction
+    batches = -(-windows // ckpt.config.batch)
+    assert batches > 1 and calls == [(i, batches) for i in range(1, batches + 1)]
+    assert evaluate_file(registry, ckpt, data, "numpy_ref").loss == got.loss  # watching changes nothing
+    terminal = Console(file=io.StringIO(), force_terminal=True, width=100)
+    with batch_progress("eval", terminal) as on_batch:
+        on_batch(3, 7)
+        terminal.file.write("|")  # what the bar showed before it was removed
+    assert "3/7" in terminal.file.getvalue()
+    piped = Console(file=io.StringIO(), force_terminal=False)
+    with batch_progress("eval", piped) as on_batch:
+        on_batch(3, 7)
+    assert piped.file.getvalue() == ""
 
 
 def test_a_list_file_that_looks_like_text_gets_a_hint(tmp_path: Path, names_file: Path) -> None:

@@ -35,7 +35,7 @@ from ..tools import bench
 from ..training import runs
 from ..training.checkpoint import load_checkpoint
 from ..training.config import MAX_CONFIG_BATCH, MAX_D_MODEL, SETTINGS, TrainConfig, load_config
-from ..training.progress import RichReporter, rate_text
+from ..training.progress import RichReporter, batch_progress, rate_text
 from ..training.rundir import BEST_NAME, model_file
 from ..training.trainer import PreparedData, TrainResult
 from .config_options import flag_of, flags_of, with_config_options
@@ -355,7 +355,9 @@ def eval_cmd(
     from ..training.evaluation import evaluate_file
 
     ckpt = load_checkpoint(model_file(run_dir, best))
-    result = evaluate_file(load_registry(), ckpt, user_path(data, "--data"), backend)
+    unit = "windows" if ckpt.config.data_format == "text" else "names"
+    with batch_progress(f"eval ({ckpt.config.batch} {unit} a batch)") as on_batch:
+        result = evaluate_file(load_registry(), ckpt, user_path(data, "--data"), backend, on_batch)
     per = "character" if result.unit == "characters" else "token"
     print(f"{data}: loss {result.loss:.4f} nats, {result.bits:.4f} bits per {per} over {result.predictions:,} "
           f"predictions ({result.items:,} {result.unit}; {result.backend})")

@@ -4,6 +4,7 @@ name of a list, or on consecutive windows covering every character of a text."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,17 +53,18 @@ def file_batches(path: str | Path, cfg: TrainConfig, vocab: Vocabulary) -> tuple
     return data.all_batches(cfg.batch), len(data), "names"
 
 
-def evaluate_file(registry: BackendRegistry, ckpt: Checkpoint, path: str | Path,
-                  backend: str | None = None) -> FileLoss:
+def evaluate_file(registry: BackendRegistry, ckpt: Checkpoint, path: str | Path, backend: str | None = None,
+                  on_batch: Callable[[int, int], None] | None = None) -> FileLoss:
     """The checkpoint's mean loss over every prediction the file holds, on `backend` (> $EEMICROGPT_BACKEND > the
-    run's own); the file is read (and refused) before a backend session opens."""
+    run's own); the file is read (and refused) before a backend session opens. on_batch(done, total) after each
+    batch: a whole text at nanoGPT's full shape is minutes of work."""
     cfg = ckpt.config
     batches, items, unit = file_batches(path, cfg, ckpt.vocab)
     entry = registry.select(resolve_backend(backend, cfg.backend), ckpt.shape, cfg.batch, cfg.dtype, cfg.precision)
     with open_session(entry, ckpt.shape, cfg.batch, cfg.dtype, cfg.threads) as opened:
         session = CheckedSession(opened, ckpt.shape, cfg.dtype, entry.name)
         session.set_state(ckpt.state)
-        loss = evaluate(session, batches)
+        loss = evaluate(session, batches, None if on_batch is None else lambda done: on_batch(done, len(batches)))
     predictions = sum(int(np.sum(lengths.astype(np.int64) - 1)) for _, lengths in batches)
     assert loss is not None  # a file always gives at least one batch
     return FileLoss(loss, predictions, items, unit, entry.name)

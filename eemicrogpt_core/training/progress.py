@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from rich.console import Console
@@ -54,6 +56,22 @@ def budget_warmup_warning(info: RunInfo) -> str:
     return (f"warning: the {cfg.time_budget:g} s budget fits about {info.total_steps:,} steps, no more than "
             f"warmup_steps ({cfg.warmup_steps:,}): the learning rate ramps up for the whole run and never decays; "
             "lower warmup_steps or raise time_budget")
+
+
+@contextlib.contextmanager
+def batch_progress(label: str, console: Console | None = None) -> Iterator[Callable[[int, int], None]]:
+    """A bar over a long job's batches (`eval` of a whole text), drawn on a terminal only, on stderr (stdout keeps
+    the result), removed when done: yields on_batch(done, total)."""
+    console = console or Console(stderr=True)
+    bar = Progress(TextColumn(f"[bold]{label}"), BarColumn(), MofNCompleteColumn(), TextColumn("ETA"),
+                   TimeRemainingColumn(), console=console, transient=True, disable=not console.is_terminal)
+    task = bar.add_task(label, total=None)
+
+    def on_batch(done: int, total: int) -> None:
+        bar.update(task, completed=done, total=total)
+
+    with bar:
+        yield on_batch
 
 
 def rate_text(steps_per_s: float) -> str:

@@ -217,16 +217,21 @@ def prepare_data(cfg: TrainConfig, vocab: Vocabulary | None = None) -> PreparedD
                         hint=hint)
 
 
-def evaluate(session: BackendSession, batches: list[tuple[np.ndarray, np.ndarray]]) -> float | None:
+def evaluate(session: BackendSession, batches: list[tuple[np.ndarray, np.ndarray]],
+             on_batch: Callable[[int], None] | None = None) -> float | None:
     """Mean loss per predicted token over fixed batches (None without any): each batch's mean weighted by its
     predictions, so batches of different sizes (a text's last window, a short last batch) count fairly and
     `eval` on the held-out part gives the validation line's figure. The state is not changed. Overflow is not
-    warned about: the caller checks that the mean is finite."""
+    warned about: the caller checks that the mean is finite. on_batch(done) after each batch (progress)."""
     if not batches:
         return None
     counts = np.array([int(np.sum(ln.astype(np.int64) - 1)) for _, ln in batches], dtype=np.float64)
+    losses = np.empty(len(batches), np.float64)
     with np.errstate(over="ignore", invalid="ignore"):
-        losses = np.array([session.loss_and_grads(t, ln, want_grads=False)[0] for t, ln in batches], np.float64)
+        for i, (tokens, lengths) in enumerate(batches):
+            losses[i] = session.loss_and_grads(tokens, lengths, want_grads=False)[0]
+            if on_batch is not None:
+                on_batch(i + 1)
         return float(np.sum(losses * counts) / np.sum(counts))
 
 
