@@ -85,6 +85,17 @@ def test_impossible_schedules_are_refused(keys: dict[str, object], message: str)
         build_config([("test.yaml", keys)])
 
 
+def test_a_clash_between_two_sources_names_both() -> None:
+    layers = [("shakespeare.yaml", {"warmup_steps": 100, "steps": 5000}), ("command line", {"steps": 30})]
+    with pytest.raises(ConfigError) as raised:
+        build_config(layers)
+    assert str(raised.value) == ("shakespeare.yaml: warmup_steps must be fewer than steps (30, from command line), "
+                                 "got 100")
+    with pytest.raises(ConfigError) as raised:  # one source: nothing to add
+        build_config([("t.yaml", {"min_lr": 0.02, "lr": 0.01})])
+    assert str(raised.value) == "t.yaml: min_lr must be at most lr (0.01), got 0.02"
+
+
 def test_warmup_longer_than_a_time_budget_is_allowed() -> None:
     assert build_config([("t", {"warmup_steps": 500, "steps": 100, "time_budget": 1.0})]).warmup_steps == 500
 

@@ -348,6 +348,12 @@ def _check_values(cfg: TrainConfig, sources: Mapping[str, str]) -> None:
     def fail(key: str, msg: str) -> None:
         raise ConfigError(f"{sources.get(key, DEFAULT_SOURCE)}: {key} {msg}")
 
+    def other(key: str, value: str, blamed: str) -> str:
+        """key's value for a check between two keys, and where it was given when that is not where `blamed`'s
+        was (a --steps flag against a config file's warmup_steps)."""
+        given_in = sources.get(key)
+        return f"{key} ({value}{', from ' + given_in if given_in and given_in != sources.get(blamed) else ''})"
+
     for key in KEYS:
         problem = _problem(key, getattr(cfg, key))
         if problem:
@@ -358,12 +364,13 @@ def _check_values(cfg: TrainConfig, sources: Mapping[str, str]) -> None:
     if cfg.target_metric == "val" and cfg.target_loss is not None and cfg.val_fraction == 0:
         fail("target_metric", "val needs a validation split: val_fraction must be above 0")
     if cfg.min_lr > cfg.lr:
-        fail("min_lr", f"must be at most lr ({cfg.lr:g}), got {cfg.min_lr:g}")
+        fail("min_lr", f"must be at most {other('lr', f'{cfg.lr:g}', 'min_lr')}, got {cfg.min_lr:g}")
     if cfg.sample_every is not None and cfg.sample_every % cfg.log_every:
-        fail("sample_every", f"must be a multiple of log_every ({cfg.log_every:,}): samples are drawn at log lines, "
-             f"got {cfg.sample_every:,}")
+        fail("sample_every", f"must be a multiple of {other('log_every', f'{cfg.log_every:,}', 'sample_every')}: "
+             f"samples are drawn at log lines, got {cfg.sample_every:,}")
     if cfg.time_budget is None and cfg.warmup_steps >= cfg.steps:
-        fail("warmup_steps", f"must be fewer than steps ({cfg.steps:,}), got {cfg.warmup_steps:,}")
+        fail("warmup_steps", f"must be fewer than {other('steps', f'{cfg.steps:,}', 'warmup_steps')}, "
+             f"got {cfg.warmup_steps:,}")
     try:  # the model's rules; any valid vocabulary will do, since the data decides it and no key sets it
         cfg.model_shape(NAMES_VOCAB)
     except ShapeError as e:
