@@ -64,7 +64,7 @@ def evaluate_file(registry: BackendRegistry, ckpt: Checkpoint, path: str | Path,
     with open_session(entry, ckpt.shape, cfg.batch, cfg.dtype, cfg.threads) as opened:
         session = CheckedSession(opened, ckpt.shape, cfg.dtype, entry.name)
         session.set_state(ckpt.state)
-        loss = evaluate(session, batches, None if on_batch is None else lambda done: on_batch(done, len(batches)))
+        loss = evaluate(session, batches, on_batch)
     predictions = sum(int(np.sum(lengths.astype(np.int64) - 1)) for _, lengths in batches)
     assert loss is not None  # a file always gives at least one batch
     return FileLoss(loss, predictions, items, unit, entry.name)

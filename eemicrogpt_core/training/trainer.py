@@ -218,11 +218,11 @@ def prepare_data(cfg: TrainConfig, vocab: Vocabulary | None = None) -> PreparedD
 
 
 def evaluate(session: BackendSession, batches: list[tuple[np.ndarray, np.ndarray]],
-             on_batch: Callable[[int], None] | None = None) -> float | None:
+             on_batch: Callable[[int, int], None] | None = None) -> float | None:
     """Mean loss per predicted token over fixed batches (None without any): each batch's mean weighted by its
     predictions, so batches of different sizes (a text's last window, a short last batch) count fairly and
     `eval` on the held-out part gives the validation line's figure. The state is not changed. Overflow is not
-    warned about: the caller checks that the mean is finite. on_batch(done) after each batch (progress)."""
+    warned about: the caller checks that the mean is finite. on_batch(done, total) after each batch."""
     if not batches:
         return None
     counts = np.array([int(np.sum(ln.astype(np.int64) - 1)) for _, ln in batches], dtype=np.float64)
@@ -231,7 +231,7 @@ def evaluate(session: BackendSession, batches: list[tuple[np.ndarray, np.ndarray
         for i, (tokens, lengths) in enumerate(batches):
             losses[i] = session.loss_and_grads(tokens, lengths, want_grads=False)[0]
             if on_batch is not None:
-                on_batch(i + 1)
+                on_batch(i + 1, len(batches))
         return float(np.sum(losses * counts) / np.sum(counts))
 
 
